@@ -1,0 +1,408 @@
+package scheduler_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"go.uber.org/goleak"
+
+	"github.com/opal-go/opal-client/scheduler"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// logRec captures log records so tests can count WARNINGs (D7).
+type logRec struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRec) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRec) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r)
+	return nil
+}
+func (l *logRec) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRec) WithGroup(string) slog.Handler      { return l }
+
+func (l *logRec) warnings() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.recs {
+		if r.Level == slog.LevelWarn {
+			n++
+		}
+	}
+	return n
+}
+
+type armed struct {
+	round int
+	delay time.Duration
+	flat  bool
+}
+
+// rig is a scheduler on a mock clock whose Fire signals a channel.
+type rig struct {
+	s     *scheduler.Scheduler
+	clk   *clock.Mock
+	log   *logRec
+	fired chan struct{}
+	arms  []armed
+}
+
+func newRig(t *testing.T, o scheduler.Options) *rig {
+	t.Helper()
+	r := &rig{clk: clock.NewMock(), log: &logRec{}, fired: make(chan struct{}, 100)}
+	o.Clock = r.clk
+	o.Logger = slog.New(r.log)
+	if o.Fire == nil {
+		o.Fire = func() { r.fired <- struct{}{} }
+	}
+	o.OnArm = func(round int, d time.Duration, flat bool) { r.arms = append(r.arms, armed{round, d, flat}) }
+	r.s = scheduler.New(o)
+	t.Cleanup(r.s.Stop)
+	return r
+}
+
+func identity(d time.Duration) time.Duration { return d }
+
+func defaults() scheduler.Options {
+	return scheduler.Options{Enabled: true, MaxRetryAfter: 60 * time.Second, MaxRounds: 20, Jitter: identity}
+}
+
+const s = time.Second
+
+// armAndFire arms, then advances the mock clock to fire the timer, waiting
+// until Fire has run (the timer only enqueues: D4).
+func (r *rig) armAndFire(t *testing.T, hint time.Duration, has bool) {
+	t.Helper()
+	if !r.s.Arm(hint, has) {
+		t.Fatalf("Arm refused with no timer pending")
+	}
+	r.clk.Add(r.arms[len(r.arms)-1].delay)
+	<-r.fired
+}
+
+// Catches: dropping the ceiling cap, the doubling, the hint, the floor, the
+// flat boundary (see mutations.txt: D2_*, D3_*).
+func TestD2_Delay(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		round     int
+		hint      time.Duration
+		has       bool
+		ceiling   time.Duration
+		maxRounds int
+		want      time.Duration
+		wantFlat  bool
+	}{
+		{"round_1_is_5s", 1, 0, false, 60 * s, 20, 5 * s, false},
+		{"round_2_doubles", 2, 0, false, 60 * s, 20, 10 * s, false},
+		{"round_4_is_40s", 4, 0, false, 60 * s, 20, 40 * s, false},
+		{"round_5_capped_at_ceiling", 5, 0, false, 60 * s, 20, 60 * s, false},
+		{"hint_above_base_wins", 1, 30 * s, true, 60 * s, 20, 30 * s, false},
+		{"hint_below_base_ignored", 3, 2 * s, true, 60 * s, 20, 20 * s, false},
+		{"hint_without_has_ignored", 1, 30 * s, false, 60 * s, 20, 5 * s, false},
+		{"hint_above_ceiling_capped", 1, time.Hour, true, 60 * s, 20, 60 * s, false},
+		{"floor_with_ceiling_0", 3, 0, false, 0, 20, 5 * s, false},
+		{"floor_with_ceiling_0_and_hint", 1, 30 * s, true, 0, 20, 5 * s, false},
+		{"floor_with_ceiling_2s", 1, 0, false, 2 * s, 20, 5 * s, false},
+		{"last_escalating_round", 20, 0, false, 60 * s, 20, 60 * s, false},
+		{"flat_after_budget", 21, 0, false, 60 * s, 20, 60 * s, true},
+		{"flat_ignores_hint", 21, 10 * s, true, 60 * s, 20, 60 * s, true},
+		{"flat_floor", 21, 0, false, 0, 20, 5 * s, true},
+		{"round_40_saturates", 40, 0, false, time.Duration(1 << 62), 100, time.Duration(1 << 62), false},
+		{"round_63_saturates", 63, 0, false, time.Duration(1 << 62), 100, time.Duration(1 << 62), false},
+		{"round_1e6_saturates", 1_000_000, 0, false, time.Hour, 2_000_000, time.Hour, false},
+		{"zero_budget_is_flat_at_once", 1, 0, false, 60 * s, 0, 60 * s, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, flat := scheduler.Delay(tc.round, tc.hint, tc.has, tc.ceiling, tc.maxRounds)
+			if d != tc.want || flat != tc.wantFlat {
+				t.Fatalf("Delay = %v, flat %v; want %v, flat %v", d, flat, tc.want, tc.wantFlat)
+			}
+		})
+	}
+}
+
+// Catches: dropping the doubling's saturation (round 10^6 would overflow).
+func TestD2_DelayNeverNegative(t *testing.T) {
+	for n := 1; n < 200; n++ {
+		if d, _ := scheduler.Delay(n, 0, false, time.Duration(1<<62), 1000); d < scheduler.Floor {
+			t.Fatalf("round %d: delay %v below the floor", n, d)
+		}
+	}
+}
+
+// D2/D3 at defaults: 5, 10, 20, 40, 60 x16 escalating (1035 s), then flat 60.
+func TestD2_SequenceAtDefaults(t *testing.T) {
+	r := newRig(t, defaults())
+	var sum time.Duration
+	for i := 0; i < 25; i++ {
+		r.armAndFire(t, 0, false)
+	}
+	want := []time.Duration{5 * s, 10 * s, 20 * s, 40 * s}
+	for i, a := range r.arms {
+		w := 60 * s
+		if i < len(want) {
+			w = want[i]
+		}
+		if a.delay != w {
+			t.Fatalf("round %d: delay %v, want %v", i+1, a.delay, w)
+		}
+		if a.flat != (i >= 20) {
+			t.Fatalf("round %d: flat %v", i+1, a.flat)
+		}
+		if i < 20 {
+			sum += a.delay
+		}
+	}
+	if sum != 1035*s {
+		t.Fatalf("escalation sums to %v, want 1035s", sum)
+	}
+}
+
+// D2 jitter: each draw lands in [d/2, d]; the extremes of the source map to
+// the ends. Catches: dropping the jitter, a wrong lower bound.
+func TestD2_Jitter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		u    float64
+		want time.Duration
+	}{
+		{"draw_0_is_half", 0, 2500 * time.Millisecond},
+		{"draw_half_is_three_quarters", 0.5, 3750 * time.Millisecond},
+		{"draw_out_of_range_is_clamped", 7, 5 * s},
+		{"negative_draw_is_clamped", -1, 2500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := defaults()
+			o.Jitter = nil
+			o.Rand = func() float64 { return tc.u }
+			r := newRig(t, o)
+			r.s.Arm(0, false)
+			if got := r.arms[0].delay; got != tc.want {
+				t.Fatalf("delay %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("sequence_within_bounds", func(t *testing.T) {
+		o := defaults()
+		o.Jitter = nil
+		seed := uint64(1)
+		o.Rand = func() float64 { // a small LCG keeps the test deterministic
+			seed = seed*6364136223846793005 + 1442695040888963407
+			return float64(seed>>11) / (1 << 53)
+		}
+		r := newRig(t, o)
+		for i := 0; i < 30; i++ {
+			r.armAndFire(t, 0, false)
+		}
+		for i, a := range r.arms {
+			base, _ := scheduler.Delay(i+1, 0, false, 60*s, 20)
+			if a.delay < base/2 || a.delay > base {
+				t.Fatalf("round %d: delay %v outside [%v, %v]", i+1, a.delay, base/2, base)
+			}
+		}
+	})
+}
+
+// D3/D7: the flat phase is entered once, warned once, and cleared by Reset.
+// Catches: warning every flat round, no per-round warning, Reset keeping
+// the flat phase or the rounds, rounds not saturating.
+func TestD3_FlatPhase(t *testing.T) {
+	o := defaults()
+	o.MaxRounds = 3
+	r := newRig(t, o)
+	for i := 0; i < 3; i++ {
+		r.armAndFire(t, 0, false)
+	}
+	if r.s.Flat() || r.log.warnings() != 3 {
+		t.Fatalf("after the budget: flat %v, %d warnings; want false, 3", r.s.Flat(), r.log.warnings())
+	}
+	for i := 0; i < 10; i++ {
+		r.armAndFire(t, 0, false)
+	}
+	if !r.s.Flat() {
+		t.Fatal("not flat after the budget")
+	}
+	if n := r.log.warnings(); n != 4 {
+		t.Fatalf("%d warnings, want 3 rounds + 1 on entering the flat phase", n)
+	}
+	if r.s.Round() != 4 {
+		t.Fatalf("Round() = %d, want saturated at 4", r.s.Round())
+	}
+	r.s.Reset()
+	if r.s.Flat() || r.s.Round() != 0 {
+		t.Fatalf("after Reset: flat %v, round %d", r.s.Flat(), r.s.Round())
+	}
+	r.armAndFire(t, 0, false)
+	if last := r.arms[len(r.arms)-1]; last.round != 1 || last.delay != 5*s || last.flat {
+		t.Fatalf("after Reset armed %+v, want round 1, 5s", last)
+	}
+}
+
+// D1: arming while a timer is pending is a no-op, even from many goroutines.
+// Catches: allowing a second timer.
+func TestD1_OnePendingTimer(t *testing.T) {
+	r := newRig(t, defaults())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	for i := 0; i < 64; i++ {
+		wg.Go(func() {
+			if r.s.Arm(time.Duration(i)*s, true) {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if ok != 1 || r.s.Armed() != 1 || !r.s.Pending() || r.s.Round() != 1 {
+		t.Fatalf("%d Arms succeeded, %d timers, round %d; want exactly one", ok, r.s.Armed(), r.s.Round())
+	}
+	r.clk.Add(time.Minute)
+	<-r.fired
+	if r.s.Pending() || r.s.Armed() != 0 {
+		t.Fatal("timer still pending after it fired")
+	}
+	select {
+	case <-r.fired:
+		t.Fatal("Fire called twice")
+	default:
+	}
+}
+
+// D4: firing only calls Fire, once, after the delay and not before.
+func TestD4_FireAfterDelay(t *testing.T) {
+	r := newRig(t, defaults())
+	r.s.Arm(0, false)
+	r.clk.Add(4 * s)
+	select {
+	case <-r.fired:
+		t.Fatal("fired before its delay")
+	default:
+	}
+	r.clk.Add(1 * s)
+	<-r.fired
+}
+
+// D5/D6: Cancel stops the timer and keeps the rounds; Reset clears them.
+// Catches: Cancel resetting rounds, Cancel leaving the timer.
+func TestD5_Cancel(t *testing.T) {
+	t.Run("cancel_keeps_rounds", func(t *testing.T) {
+		r := newRig(t, defaults())
+		r.armAndFire(t, 0, false)
+		r.s.Arm(0, false)
+		r.s.Cancel()
+		if r.s.Pending() || r.s.Armed() != 0 || r.s.Round() != 2 {
+			t.Fatalf("pending %v, timers %d, round %d; want false, 0, 2", r.s.Pending(), r.s.Armed(), r.s.Round())
+		}
+		r.clk.Add(time.Hour)
+		select {
+		case <-r.fired:
+			t.Fatal("cancelled timer fired")
+		default:
+		}
+		if !r.s.Arm(0, false) || r.arms[len(r.arms)-1].delay != 20*s {
+			t.Fatalf("next round after Cancel: %+v, want round 3, 20s", r.arms[len(r.arms)-1])
+		}
+	})
+	t.Run("reset_clears_rounds", func(t *testing.T) {
+		r := newRig(t, defaults())
+		r.armAndFire(t, 0, false)
+		r.s.Arm(0, false)
+		r.s.Reset()
+		if r.s.Pending() || r.s.Round() != 0 {
+			t.Fatalf("pending %v, round %d", r.s.Pending(), r.s.Round())
+		}
+		r.clk.Add(time.Hour)
+		select {
+		case <-r.fired:
+			t.Fatal("reset timer fired")
+		default:
+		}
+	})
+}
+
+// D8: disabled means no timer at all, flat phase included.
+func TestD8_Disabled(t *testing.T) {
+	o := defaults()
+	o.Enabled = false
+	o.MaxRounds = 0
+	r := newRig(t, o)
+	for i := 0; i < 5; i++ {
+		if r.s.Arm(10*s, true) {
+			t.Fatal("disabled scheduler armed")
+		}
+	}
+	if r.s.Pending() || r.s.Flat() || r.log.warnings() != 0 || len(r.arms) != 0 {
+		t.Fatal("disabled scheduler changed state or logged")
+	}
+}
+
+// D5: Stop cancels the pending timer, refuses later Arms, and waits for a
+// timer goroutine that is running Fire. Runs in a synctest bubble so a Stop
+// that never returns is reported at once as a deadlock.
+func TestD5_Stop(t *testing.T) {
+	t.Run("cancels_and_refuses", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			fired := false
+			sc := scheduler.New(scheduler.Options{Enabled: true, MaxRetryAfter: 60 * s, MaxRounds: 20,
+				Jitter: identity, Fire: func() { fired = true }})
+			sc.Arm(0, false)
+			sc.Stop()
+			if sc.Pending() || sc.Arm(0, false) {
+				t.Fatal("Stop left a timer or allowed a new one")
+			}
+			time.Sleep(time.Hour) // virtual time inside the bubble
+			if fired {
+				t.Fatal("stopped timer fired")
+			}
+		})
+	})
+	t.Run("waits_for_running_fire", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			release := make(chan struct{})
+			entered := make(chan struct{})
+			sc := scheduler.New(scheduler.Options{Enabled: true, MaxRetryAfter: 60 * s, MaxRounds: 20,
+				Jitter: identity, Fire: func() { close(entered); <-release }})
+			sc.Arm(0, false)
+			<-entered // the timer goroutine is inside Fire
+			stopped := make(chan struct{})
+			go func() { sc.Stop(); close(stopped) }()
+			synctest.Wait()
+			select {
+			case <-stopped:
+				t.Fatal("Stop returned while Fire was running")
+			default:
+			}
+			close(release)
+			<-stopped
+		})
+	})
+}
+
+// Catches: a round 10^6 that overflows or loops: a saturated scheduler
+// stays flat with the ceiling and arming stays O(1).
+func TestD3_ManyRoundsStayFlat(t *testing.T) {
+	o := defaults()
+	r := newRig(t, o)
+	for i := 0; i < 200; i++ {
+		r.s.Arm(0, false)
+		r.s.Cancel()
+	}
+	if last := r.arms[len(r.arms)-1]; !last.flat || last.delay != 60*s || r.s.Round() != 21 {
+		t.Fatalf("after 200 rounds: %+v, round %d", last, r.s.Round())
+	}
+}
