@@ -1,0 +1,51 @@
+package config
+
+import "fmt"
+
+// Error is a bad configuration value. Its text is one line that names the
+// variable, quotes the value (masked for secrets, shortened when long) and
+// says what is accepted, so startup can print it as is.
+type Error struct {
+	Var      string // the full variable name, e.g. OPAL_POLICY_UPDATER_MAX_RETRY_AFTER
+	Value    string // the offending value, already masked/shortened
+	Accepted string // what the variable accepts
+	Reason   string // optional detail, e.g. "not supported" or a JSON error
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("invalid %s=%q: accepted: %s", e.Var, e.Value, e.Accepted)
+	if e.Reason != "" {
+		s += " (" + e.Reason + ")"
+	}
+	return s
+}
+
+// maxShownValue keeps an error line readable when a JSON blob is wrong.
+const maxShownValue = 80
+
+func newError(name, value, accepted, reason string, secret bool) *Error {
+	switch {
+	case secret:
+		value = mask(value)
+	case len(value) > maxShownValue:
+		value = value[:maxShownValue] + "..."
+	}
+	return &Error{Var: Prefix + name, Value: value, Accepted: accepted, Reason: oneLine(reason)}
+}
+
+func mask(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "***"
+}
+
+func oneLine(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '\n' || c == '\r' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}

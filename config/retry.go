@@ -1,0 +1,207 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Wait strategies of ConnRetryOptions, as the Python client spells them.
+const (
+	WaitFixed             = "fixed"
+	WaitExponential       = "exponential"
+	WaitRandomExponential = "random_exponential"
+)
+
+// maxDuration is the saturation value of every duration computed here.
+const maxDuration = time.Duration(math.MaxInt64)
+
+// ConnRetryOptions is the Python client's ConnRetryOptions model (protocol §7):
+// how many attempts a retried operation makes and how long it waits between
+// them. Decode it with UnmarshalJSON (or Decode): keys left out take the
+// model defaults, not the variable's default.
+type ConnRetryOptions struct {
+	// WaitStrategy is WaitFixed, WaitExponential or WaitRandomExponential.
+	WaitStrategy string
+	// WaitTime is the fixed wait, or the first exponential step.
+	WaitTime time.Duration
+	// MaxWait caps each exponential wait; 0 means unbounded (tenacity's MAX_WAIT).
+	MaxWait time.Duration
+	// Attempts counts every try, the first included (>= 1).
+	Attempts int
+}
+
+// DefaultConnRetryOptions returns the model defaults: fixed, 2 s, 2 attempts,
+// max_wait unbounded.
+func DefaultConnRetryOptions() ConnRetryOptions {
+	return ConnRetryOptions{WaitStrategy: WaitFixed, WaitTime: 2 * time.Second, Attempts: 2}
+}
+
+// UnmarshalJSON decodes the model's JSON ({"wait_strategy", "wait_time",
+// "attempts", "max_wait"}, times in float seconds). Missing keys take the
+// model defaults; unknown keys are ignored (pydantic v1 does the same).
+func (o *ConnRetryOptions) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		WaitStrategy *string  `json:"wait_strategy"`
+		WaitTime     *float64 `json:"wait_time"`
+		Attempts     *float64 `json:"attempts"`
+		MaxWait      *float64 `json:"max_wait"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&raw); err != nil {
+		return fmt.Errorf("not a JSON object: %v", err)
+	}
+	v := DefaultConnRetryOptions()
+	if raw.WaitStrategy != nil {
+		switch s := strings.ToLower(strings.TrimSpace(*raw.WaitStrategy)); s {
+		case WaitFixed, WaitExponential, WaitRandomExponential:
+			v.WaitStrategy = s
+		default:
+			return fmt.Errorf("wait_strategy %q is not fixed, exponential or random_exponential", *raw.WaitStrategy)
+		}
+	}
+	if raw.WaitTime != nil {
+		d, err := seconds("wait_time", *raw.WaitTime)
+		if err != nil {
+			return err
+		}
+		v.WaitTime = d
+	}
+	if raw.MaxWait != nil {
+		d, err := seconds("max_wait", *raw.MaxWait)
+		if err != nil {
+			return err
+		}
+		v.MaxWait = d
+	}
+	if raw.Attempts != nil {
+		a := *raw.Attempts
+		if a != math.Trunc(a) || a < 1 || a > math.MaxInt32 {
+			return fmt.Errorf("attempts %v is not a whole number from 1 to %d", a, math.MaxInt32)
+		}
+		v.Attempts = int(a)
+	}
+	*o = v
+	return nil
+}
+
+// Decode parses the JSON text of an environment variable (envconfig.Decoder).
+func (o *ConnRetryOptions) Decode(value string) error { return o.UnmarshalJSON([]byte(value)) }
+
+// seconds converts float seconds to a Duration, saturating huge values
+// (tenacity's MAX_WAIT is ~4.6e18 s) and refusing negatives, NaN and Inf.
+func seconds(name string, s float64) (time.Duration, error) {
+	if math.IsNaN(s) || math.IsInf(s, 0) || s < 0 {
+		return 0, fmt.Errorf("%s %v is not a number of seconds >= 0", name, s)
+	}
+	if s >= float64(maxDuration)/float64(time.Second) {
+		return maxDuration, nil
+	}
+	return time.Duration(math.Round(s * float64(time.Second))), nil
+}
+
+// step is the exponential step after the n-th failure: WaitTime*2^(n-1),
+// capped at MaxWait, saturating instead of overflowing.
+func (o ConnRetryOptions) step(n int) time.Duration {
+	d := o.WaitTime
+	for i := 1; i < n; i++ {
+		if d > maxDuration/2 {
+			d = maxDuration
+			break
+		}
+		d *= 2
+		if o.MaxWait > 0 && d >= o.MaxWait {
+			break
+		}
+	}
+	if o.MaxWait > 0 && d > o.MaxWait {
+		d = o.MaxWait
+	}
+	return d
+}
+
+// Wait is the configured backoff after the n-th failed attempt (n >= 1), F5:
+// fixed is WaitTime; exponential is WaitTime*2^(n-1) capped at MaxWait;
+// random_exponential draws uniformly in [0, that) with rnd, a uniform [0,1)
+// source.
+func (o ConnRetryOptions) Wait(n int, rnd func() float64) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	switch o.WaitStrategy {
+	case WaitExponential:
+		return o.step(n)
+	case WaitRandomExponential:
+		r := rnd()
+		if !(r >= 0 && r < 1) { // a broken source must not produce a negative or overlong wait
+			r = 0
+		}
+		return time.Duration(r * float64(o.step(n)))
+	default:
+		return o.WaitTime
+	}
+}
+
+// WorstCaseTotalWait is the exact sum of the Attempts-1 configured waits of one
+// retried operation (F6), taking the upper bound of random draws. It
+// saturates at the largest Duration and stops doubling once a step reaches
+// MaxWait, so absurd attempt counts neither overflow nor loop for long.
+func (o ConnRetryOptions) WorstCaseTotalWait() time.Duration {
+	gaps := o.Attempts - 1
+	if gaps <= 0 {
+		return 0
+	}
+	if o.WaitStrategy != WaitExponential && o.WaitStrategy != WaitRandomExponential {
+		return mulSat(o.WaitTime, gaps)
+	}
+	if o.WaitTime == 0 {
+		return 0 // 0 * 2^i: without this, 1e9 attempts would loop 1e9 times
+	}
+	var total time.Duration
+	d := o.WaitTime
+	for i := 0; i < gaps; i++ {
+		if o.MaxWait > 0 && d >= o.MaxWait {
+			// Saturation: every remaining wait is MaxWait.
+			return addSat(total, mulSat(o.MaxWait, gaps-i))
+		}
+		total = addSat(total, d)
+		if total == maxDuration {
+			return total
+		}
+		if d > maxDuration/2 {
+			d = maxDuration
+		} else {
+			d *= 2
+		}
+	}
+	return total
+}
+
+func addSat(a, b time.Duration) time.Duration {
+	if a > maxDuration-b {
+		return maxDuration
+	}
+	return a + b
+}
+
+func mulSat(d time.Duration, n int) time.Duration {
+	if d == 0 || n == 0 {
+		return 0
+	}
+	if d > maxDuration/time.Duration(n) {
+		return maxDuration
+	}
+	return d * time.Duration(n)
+}
+
+// String renders the options in the model's JSON syntax.
+func (o ConnRetryOptions) String() string {
+	s := fmt.Sprintf(`{"wait_strategy":%q,"wait_time":%g,"attempts":%d`, o.WaitStrategy, o.WaitTime.Seconds(), o.Attempts)
+	if o.MaxWait > 0 {
+		s += fmt.Sprintf(`,"max_wait":%g`, o.MaxWait.Seconds())
+	}
+	return s + "}"
+}
