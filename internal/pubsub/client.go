@@ -1,0 +1,555 @@
+// Package pubsub is the OPAL pub/sub client: one WebSocket to the server's
+// /ws endpoint speaking the fastapi_websocket_rpc envelope (opal-protocol
+// §2), subscribed to every topic at once, reconnecting forever with jittered
+// exponential backoff.
+//
+// The client never does work itself: each (re)connect and each notify is
+// handed to a callback that must only enqueue, so the server, which awaits
+// every notify answer (§2.5), is never held up.
+package pubsub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/gorilla/websocket"
+)
+
+// Defaults for the zero values of Options.
+const (
+	DefaultMaxMessageBytes  = 64 << 20 // inline data updates can be large (§2.1)
+	DefaultPingInterval     = 20 * time.Second
+	DefaultReadTimeout      = 60 * time.Second
+	DefaultHandshakeTimeout = 30 * time.Second
+	DefaultSubscribeTimeout = 30 * time.Second
+	DefaultStableAfter      = 30 * time.Second
+)
+
+// Backoff bounds: the first retry waits about MinBackoff, later ones grow to
+// MaxBackoff (the Python client's wait_random_exponential(min=0.1, max=120)).
+const (
+	MinBackoff = 100 * time.Millisecond
+	MaxBackoff = 120 * time.Second
+)
+
+// Options configure a Client. Only URL is required.
+type Options struct {
+	URL   string // ws:// or wss:// pub/sub endpoint
+	Token string // sent as "Authorization: Bearer <Token>" when not empty
+	// Topics are subscribed in one call (§2.4): policy topics (§3.1) and,
+	// when the data updater is on, data topics (§6.1).
+	Topics []string
+	// OnConnect is called once per successful connect+subscribe. It must
+	// only enqueue.
+	OnConnect func()
+	// OnNotify is called for each notify on a subscribed topic, before the
+	// notify is answered. It must only enqueue.
+	OnNotify func(topic string, data json.RawMessage)
+	// OnState reports connected (after subscribe) and disconnected.
+	OnState func(connected bool)
+	// KeepAlive > 0 sends an RPC _ping_ this often (OPAL_KEEP_ALIVE_INTERVAL, §2.6).
+	KeepAlive time.Duration
+	// MaxMessageBytes is the read limit for one frame; a larger frame ends
+	// the connection. Default DefaultMaxMessageBytes.
+	MaxMessageBytes int64
+	// PingInterval is the WebSocket ping frame cadence; ReadTimeout closes a
+	// connection on which nothing at all was received for that long, so a
+	// silently dead peer is found within ReadTimeout.
+	PingInterval, ReadTimeout time.Duration
+	// HandshakeTimeout and SubscribeTimeout bound the connect sequence.
+	HandshakeTimeout, SubscribeTimeout time.Duration
+	// StableAfter: a connection that stayed subscribed this long resets the
+	// backoff, so the next reconnect after it is quick again.
+	StableAfter time.Duration
+	Clock       clock.Clock
+	Rand        func() float64 // uniform in [0,1), for the backoff jitter
+	Logger      *slog.Logger
+	// Dialer is copied; tests inject NetDialContext (e.g. over net.Pipe).
+	// NetDialTLSContext, if set, bypasses the read-timeout watchdog's byte
+	// counting, so leave it nil.
+	Dialer *websocket.Dialer
+}
+
+// HandshakeError is a WebSocket handshake the server answered with a status
+// other than 101 (403 for a bad token, §2.1).
+type HandshakeError struct {
+	Status int
+	Err    error
+}
+
+func (e *HandshakeError) Error() string {
+	return fmt.Sprintf("pubsub handshake refused: status %d", e.Status)
+}
+
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
+// ErrClosed is returned by calls pending when the connection ended.
+var ErrClosed = errors.New("pubsub: connection closed")
+
+// ErrTimeout is returned by a call whose answer did not come in time.
+var ErrTimeout = errors.New("pubsub: call timed out")
+
+// Client is the pub/sub client. Create it with New and run it with Run.
+type Client struct {
+	o   Options
+	log *slog.Logger
+}
+
+// New returns a Client with defaults filled in.
+func New(o Options) *Client {
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = DefaultPingInterval
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = DefaultReadTimeout
+	}
+	if o.PingInterval >= o.ReadTimeout {
+		// A healthy idle peer must get a ping to answer before the watchdog fires.
+		o.PingInterval = o.ReadTimeout / 2
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if o.SubscribeTimeout <= 0 {
+		o.SubscribeTimeout = DefaultSubscribeTimeout
+	}
+	if o.StableAfter <= 0 {
+		o.StableAfter = DefaultStableAfter
+	}
+	if o.Clock == nil {
+		o.Clock = clock.New()
+	}
+	if o.Rand == nil {
+		o.Rand = defaultRand
+	}
+	if o.Dialer == nil {
+		o.Dialer = websocket.DefaultDialer
+	}
+	l := o.Logger
+	if l == nil {
+		l = slog.Default()
+	}
+	return &Client{o: o, log: l.With("component", "pubsub")}
+}
+
+// Backoff is the wait before reconnect attempt number attempt (1 = the first
+// retry after a failure or after a stable connection ended), given a uniform
+// draw rnd in [0,1): uniform in [MinBackoff, min(MaxBackoff, MinBackoff*2^attempt)]
+// ("full jitter" above a floor). The floor keeps even a zero draw from
+// becoming a hot loop; the doubling saturates, so any attempt count is safe.
+func Backoff(attempt int, rnd float64) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	if !(rnd >= 0) { // also catches NaN
+		rnd = 0
+	}
+	if rnd > 1 {
+		rnd = 1
+	}
+	ceil := MaxBackoff
+	if attempt < 20 { // MinBackoff<<20 is far past MaxBackoff; larger shifts would overflow
+		if c := MinBackoff << attempt; c < MaxBackoff {
+			ceil = c
+		}
+	}
+	return MinBackoff + time.Duration(rnd*float64(ceil-MinBackoff))
+}
+
+// Run connects, subscribes and serves notifies, reconnecting forever until
+// ctx is done, when it closes the socket cleanly and returns ctx.Err().
+func (c *Client) Run(ctx context.Context) error {
+	attempt := 0
+	for {
+		up, err := c.session(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if up >= c.o.StableAfter {
+			attempt = 0
+		}
+		attempt++
+		d := Backoff(attempt, c.o.Rand())
+		var he *HandshakeError
+		switch {
+		case errors.As(err, &he):
+			c.log.Warn("pub/sub handshake refused", "status", he.Status, "attempt", attempt, "retry_in", d)
+		case up > 0:
+			c.log.Warn("pub/sub connection lost", "err", err, "up", up, "retry_in", d)
+		default:
+			c.log.Warn("pub/sub connect failed", "err", err, "attempt", attempt, "retry_in", d)
+		}
+		t := c.o.Clock.Timer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// session runs one connection. up is how long it stayed subscribed (0 if it
+// never got there).
+func (c *Client) session(ctx context.Context) (up time.Duration, err error) {
+	s := &session{
+		c:       c,
+		pending: map[string]chan *Response{},
+		topics:  map[string]bool{},
+		done:    make(chan struct{}),
+		chanID:  NewCallID(),
+	}
+	for _, t := range c.o.Topics {
+		s.topics[t] = true
+	}
+	s.touch()
+	d := *c.o.Dialer
+	base := d.NetDialContext
+	if base == nil {
+		base = (&net.Dialer{}).DialContext
+	}
+	d.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := base(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &liveConn{Conn: nc, touch: s.touch}, nil
+	}
+	d.HandshakeTimeout = 0 // bounded below on the injected clock instead
+	hdr := http.Header{}
+	if c.o.Token != "" {
+		hdr.Set("Authorization", "Bearer "+c.o.Token)
+	}
+	hctx, cancel := c.o.Clock.WithTimeout(ctx, c.o.HandshakeTimeout)
+	conn, resp, err := d.DialContext(hctx, c.o.URL, hdr)
+	cancel()
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	if err != nil {
+		if resp != nil {
+			return 0, &HandshakeError{Status: resp.StatusCode, Err: err}
+		}
+		return 0, err
+	}
+	s.conn = conn
+	conn.SetReadLimit(c.o.MaxMessageBytes)
+	s.wg.Add(3)
+	go s.read()
+	go s.watchdog()
+	go s.pinger()
+	defer s.shutdown()
+
+	// §2.4: _ping_ up to 5 times, 1 s each, then carry on regardless.
+	for range 5 {
+		_, err := s.call(ctx, "_ping_", nil, time.Second)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrTimeout) {
+			return 0, err
+		}
+	}
+	r, err := s.call(ctx, "subscribe", map[string][]string{"topics": c.o.Topics}, c.o.SubscribeTimeout)
+	if err != nil {
+		return 0, fmt.Errorf("subscribe: %w", err)
+	}
+	if string(r.Result) != "true" {
+		// The Python client ignores this too; a topic outside the token's
+		// permitted_topics is the usual cause.
+		c.log.Warn("pub/sub subscribe refused by server", "result", string(r.Result))
+	}
+	start := c.o.Clock.Now()
+	if c.o.OnState != nil {
+		c.o.OnState(true)
+		defer c.o.OnState(false)
+	}
+	c.log.Info("pub/sub connected", "topics", len(c.o.Topics))
+	if c.o.OnConnect != nil {
+		c.o.OnConnect()
+	}
+	if c.o.KeepAlive > 0 {
+		s.wg.Add(1)
+		go s.keepAlive()
+	}
+	select {
+	case <-ctx.Done():
+		s.closeFrame()
+		return c.o.Clock.Since(start), ctx.Err()
+	case <-s.done:
+		return c.o.Clock.Since(start), s.readErr
+	}
+}
+
+// liveConn notes every received byte, so the watchdog sees a slow but alive
+// peer (a big frame arriving) as alive.
+type liveConn struct {
+	net.Conn
+	touch func()
+}
+
+func (l *liveConn) Read(p []byte) (int, error) {
+	n, err := l.Conn.Read(p)
+	if n > 0 {
+		l.touch()
+	}
+	return n, err
+}
+
+type session struct {
+	c      *Client
+	conn   *websocket.Conn
+	chanID string
+	topics map[string]bool
+	last   atomic.Int64 // clock time of the last received byte, UnixNano
+
+	wmu sync.Mutex // one writer at a time (gorilla's rule)
+
+	mu      sync.Mutex
+	pending map[string]chan *Response
+
+	done    chan struct{} // closed when the reader exits
+	readErr error
+	wg      sync.WaitGroup
+}
+
+func (s *session) touch() { s.last.Store(s.c.o.Clock.Now().UnixNano()) }
+
+func (s *session) shutdown() {
+	s.conn.Close()
+	s.wg.Wait()
+}
+
+// closeFrame says goodbye with a normal closure; a peer that does not take
+// it within a second is closed on anyway.
+func (s *session) closeFrame() {
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Time{})
+	}()
+	t := s.c.o.Clock.Timer(time.Second)
+	defer t.Stop()
+	select {
+	case <-sent:
+	case <-t.C:
+		s.conn.Close()
+		<-sent
+	}
+}
+
+func (s *session) write(b []byte) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.conn.WriteMessage(websocket.TextMessage, b)
+}
+
+func (s *session) read() {
+	defer s.wg.Done()
+	defer close(s.done)
+	for {
+		mt, data, err := s.conn.ReadMessage()
+		if err != nil {
+			s.readErr = err
+			return
+		}
+		if mt != websocket.TextMessage {
+			// §2.1: the protocol is text frames only.
+			s.c.log.Warn("pub/sub: dropping non-text frame", "type", mt, "bytes", len(data))
+			continue
+		}
+		s.handle(data)
+	}
+}
+
+func (s *session) handle(data []byte) {
+	var m Message
+	if err := json.Unmarshal(data, &m); err != nil {
+		s.c.log.Warn("pub/sub: dropping malformed frame", "err", err, "bytes", len(data))
+		return
+	}
+	if m.Request == nil && m.Response == nil {
+		s.c.log.Warn("pub/sub: dropping frame with neither request nor response")
+		return
+	}
+	if m.Response != nil {
+		s.mu.Lock()
+		ch := s.pending[m.Response.CallID]
+		delete(s.pending, m.Response.CallID)
+		s.mu.Unlock()
+		if ch == nil {
+			s.c.log.Debug("pub/sub: response for unknown call_id ignored", "call_id", m.Response.CallID)
+		} else {
+			ch <- m.Response
+		}
+	}
+	if m.Request != nil {
+		s.serve(m.Request)
+	}
+}
+
+// serve answers the methods of §2.3 at once.
+func (s *session) serve(r *Request) {
+	switch r.Method {
+	case "notify":
+		s.notify(r)
+		s.respond(r.CallID, "None")
+	case "_ping_":
+		s.respond(r.CallID, "pong")
+	case "_get_channel_id_":
+		// A server with OPAL_STATISTICS_ENABLED waits for this before it
+		// answers subscribe (§2.3).
+		s.respond(r.CallID, s.chanID)
+	default:
+		// The Python side has no error responses; closing would cost every
+		// subscription, so log and drop.
+		s.c.log.Warn("pub/sub: dropping call to unknown method", "method", r.Method)
+	}
+}
+
+func (s *session) notify(r *Request) {
+	var args struct {
+		Subscription *struct {
+			Topic string `json:"topic"`
+		} `json:"subscription"`
+		Data json.RawMessage `json:"data"`
+	}
+	if len(r.Arguments) > 0 {
+		if err := json.Unmarshal(r.Arguments, &args); err != nil {
+			s.c.log.Warn("pub/sub: dropping notify with malformed arguments", "err", err)
+			return
+		}
+	}
+	if args.Subscription == nil {
+		s.c.log.Warn("pub/sub: dropping notify without subscription")
+		return
+	}
+	topic := args.Subscription.Topic
+	if !s.topics[topic] {
+		s.c.log.Warn("pub/sub: dropping notify for a topic not subscribed", "topic", topic)
+		return
+	}
+	if len(args.Data) == 0 {
+		args.Data = json.RawMessage("null")
+	}
+	if s.c.o.OnNotify != nil {
+		s.c.o.OnNotify(topic, args.Data)
+	}
+}
+
+func (s *session) respond(callID, result string) {
+	b, err := NewResponse(callID, result, "str")
+	if err == nil {
+		err = s.write(b)
+	}
+	if err != nil {
+		s.c.log.Debug("pub/sub: answer not sent", "err", err)
+	}
+}
+
+// call sends a request and waits for its answer, the connection's end, ctx,
+// or timeout on the injected clock.
+func (s *session) call(ctx context.Context, method string, args any, timeout time.Duration) (*Response, error) {
+	b, id, err := NewRequest(method, args)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan *Response, 1)
+	s.mu.Lock()
+	s.pending[id] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+	}()
+	if err := s.write(b); err != nil {
+		return nil, err
+	}
+	t := s.c.o.Clock.Timer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-s.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, ErrTimeout
+	}
+}
+
+// watchdog closes a connection on which nothing was received for
+// ReadTimeout: the read deadline, kept on the injected clock.
+func (s *session) watchdog() {
+	defer s.wg.Done()
+	rt := s.c.o.ReadTimeout
+	for {
+		wait := time.Duration(s.last.Load()+int64(rt)) - time.Duration(s.c.o.Clock.Now().UnixNano())
+		if wait <= 0 {
+			s.c.log.Warn("pub/sub: peer silent, closing", "read_timeout", rt)
+			s.conn.Close()
+			return
+		}
+		t := s.c.o.Clock.Timer(wait)
+		select {
+		case <-s.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pinger sends WebSocket ping frames so a healthy peer always has something
+// to answer within ReadTimeout.
+func (s *session) pinger() {
+	defer s.wg.Done()
+	tk := s.c.o.Clock.Ticker(s.c.o.PingInterval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-tk.C:
+			if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Time{}); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// keepAlive sends RPC _ping_ calls (§2.6). Like the Python client it does
+// not wait for the answer; dead peers are the watchdog's job.
+func (s *session) keepAlive() {
+	defer s.wg.Done()
+	tk := s.c.o.Clock.Ticker(s.c.o.KeepAlive)
+	defer tk.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-tk.C:
+			b, _, err := NewRequest("_ping_", nil)
+			if err == nil {
+				err = s.write(b)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+}
