@@ -300,9 +300,10 @@ func list(s, sep string) []string {
 	return out
 }
 
-// defaultPolicyRetry is OPAL_POLICY_UPDATER_CONN_RETRY's (and the data
-// updater's) default: 1, 2, 4, 8 s upper bounds, 15 s worst case.
-func defaultPolicyRetry() ConnRetryOptions {
+// DefaultPolicyUpdaterConnRetry is OPAL_POLICY_UPDATER_CONN_RETRY's (and the
+// data updater's) default: random_exponential, 1 s, 5 attempts, max_wait 10 s,
+// so waits of up to 1, 2, 4 and 8 s and a 15 s worst case.
+func DefaultPolicyUpdaterConnRetry() ConnRetryOptions {
 	return ConnRetryOptions{WaitStrategy: WaitRandomExponential, WaitTime: time.Second, MaxWait: 10 * time.Second, Attempts: 5}
 }
 
@@ -329,8 +330,9 @@ func parse(e *env) (*Config, error) {
 	}
 
 	c.PolicyUpdaterEnabled = p.boolean("POLICY_UPDATER_ENABLED", e.PolicyUpdaterEnabled, true)
-	c.PolicySubscriptionDirs = NormalizeDirs(list(get(e.PolicySubscriptionDirs, "."), ":"))
-	c.PolicyUpdaterConnRetry = p.retry("POLICY_UPDATER_CONN_RETRY", e.PolicyUpdaterConnRetry, defaultPolicyRetry())
+	// Empty items stay: pathlib reads "" as ".", so "a::b" subscribes to everything, as in Python.
+	c.PolicySubscriptionDirs = NormalizeDirs(strings.Split(get(e.PolicySubscriptionDirs, "."), ":"))
+	c.PolicyUpdaterConnRetry = p.retry("POLICY_UPDATER_CONN_RETRY", e.PolicyUpdaterConnRetry, DefaultPolicyUpdaterConnRetry())
 	c.PolicyUpdaterMaxRetryAfter = p.duration("POLICY_UPDATER_MAX_RETRY_AFTER", e.PolicyUpdaterMaxRetryAfter, 60*time.Second, false)
 	c.PolicyUpdaterRescheduleOnRetryable = p.boolean("POLICY_UPDATER_RESCHEDULE_ON_RETRYABLE", e.PolicyUpdaterRescheduleOnRetryable, true)
 	c.PolicyUpdaterMaxDeferredRounds = int(p.integer("POLICY_UPDATER_MAX_DEFERRED_ROUNDS", e.PolicyUpdaterMaxDeferredRounds, 20, 0, math.MaxInt32))
@@ -348,7 +350,7 @@ func parse(e *env) (*Config, error) {
 	if get(e.DefaultDataSourcesConfigURL, "") != "" {
 		c.DefaultDataSourcesConfigURL = p.url("DEFAULT_DATA_SOURCES_CONFIG_URL", e.DefaultDataSourcesConfigURL, c.DefaultDataSourcesConfigURL)
 	}
-	c.DataUpdaterConnRetry = p.retry("DATA_UPDATER_CONN_RETRY", e.DataUpdaterConnRetry, defaultPolicyRetry())
+	c.DataUpdaterConnRetry = p.retry("DATA_UPDATER_CONN_RETRY", e.DataUpdaterConnRetry, DefaultPolicyUpdaterConnRetry())
 	if get(e.DataStoreConnRetry, "") != "" { // deprecated, but still wins (as in Python)
 		c.DataUpdaterConnRetry = p.retry("DATA_STORE_CONN_RETRY", e.DataStoreConnRetry, c.DataUpdaterConnRetry)
 	}
@@ -486,7 +488,7 @@ func wsURL(server string) string {
 func NormalizeDirs(dirs []string) []string {
 	set := map[string]bool{}
 	for _, d := range dirs {
-		set[normalizeDir(d)] = true
+		set[normalizeDir(strings.TrimSpace(d))] = true
 	}
 	var out []string
 	for d := range set {
