@@ -368,7 +368,9 @@ func (ps *Parser) Forget(keep func(id string) bool) {
 func (ps *Parser) Result(p *Plan, current map[string]*ast.Module) (map[string]*ast.Module, error) {
 	out := make(map[string]*ast.Module, len(current)+len(p.Upserts))
 	for id, m := range current {
-		out[id] = m
+		if m != nil { // a remote module that does not parse here
+			out[id] = m
+		}
 	}
 	for _, um := range p.Upserts {
 		m, err := ps.Parse(um.Path, um.Rego)

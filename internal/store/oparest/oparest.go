@@ -1,0 +1,374 @@
+// Package oparest is the external policy store: an OPA driven through its
+// REST API (OPAL_INLINE_OPA_ENABLED=false), with the calls and policy ids of
+// the Python client (opal-protocol §5.1), so an OPA it managed sees the same ids.
+//
+// A remote OPA has no multi-call transaction, so the store does what it can:
+// the complete resulting module set is parsed and compiled locally first, so a
+// bundle that does not compile (or has bad data JSON) never touches the
+// remote. If a write then fails half-way, the error says so and the store
+// forgets its hash: the next fetch is a full bundle, which repairs the remote.
+package oparest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/opal-go/opal-client/fetcher"
+	"github.com/opal-go/opal-client/internal/store"
+	"github.com/opal-go/opal-client/updater"
+)
+
+// Options configure the REST store.
+type Options struct {
+	// URL is OPAL_POLICY_STORE_URL, e.g. "http://localhost:8181" (/v1 is appended).
+	URL string
+	// AuthToken is sent as "Authorization: Bearer" when not empty
+	// (OPAL_POLICY_STORE_AUTH_TYPE=token). It is never logged.
+	AuthToken string
+	// HTTPClient defaults to a client with a 10 s timeout per request.
+	HTTPClient *http.Client
+	// Attempts is the number of tries of one write (OPAL_POLICY_STORE_CONN_RETRY
+	// attempts); < 1 means 2.
+	Attempts int
+	// Wait is the pause after the n-th failed try (n >= 1); nil = 2 s fixed,
+	// the Python default. The daemon passes ConnRetryOptions.Wait.
+	Wait func(n int) time.Duration
+	// Clock times the waits; nil = the real clock.
+	Clock clock.Clock
+	// PolicyPathsToIgnore are OPAL_POLICY_STORE_POLICY_PATHS_TO_IGNORE.
+	PolicyPathsToIgnore []string
+	// Logger receives the store's logs; nil = slog.Default().
+	Logger *slog.Logger
+}
+
+// RemoteError is an answer of the remote OPA outside the accepted statuses,
+// or a transport error (Status 0).
+type RemoteError struct {
+	Method, Path string
+	Status       int
+	Body         string
+	Err          error
+}
+
+func (e *RemoteError) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("opa %s %s: %v", e.Method, e.Path, e.Err)
+	}
+	return fmt.Sprintf("opa %s %s: status %d: %s", e.Method, e.Path, e.Status, e.Body)
+}
+
+func (e *RemoteError) Unwrap() error { return e.Err }
+
+// PartialWriteError is a bundle whose writes failed after at least one
+// succeeded: the remote holds part of it. The store's hash is cleared, so
+// the next update fetches a full bundle.
+type PartialWriteError struct {
+	Writes int // writes that succeeded before the failure
+	Err    error
+}
+
+func (e *PartialWriteError) Error() string {
+	return fmt.Sprintf("opa bundle write failed after %d writes (next update is full): %v", e.Writes, e.Err)
+}
+
+func (e *PartialWriteError) Unwrap() error { return e.Err }
+
+// Store is an OPA over REST. Writes are serialised.
+type Store struct {
+	base     string
+	token    string
+	client   *http.Client
+	attempts int
+	wait     func(int) time.Duration
+	clock    clock.Clock
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	ignore *store.Ignore
+	parser store.Parser
+	hash   string
+	owned  store.Ownership
+}
+
+var _ updater.Store = (*Store)(nil)
+
+// New returns a store for the OPA at opts.URL. It does not contact OPA.
+func New(opts Options) (*Store, error) {
+	u, err := url.Parse(opts.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("oparest: bad policy store URL %q", opts.URL)
+	}
+	s := &Store{
+		base:     strings.TrimSuffix(opts.URL, "/"),
+		token:    opts.AuthToken,
+		client:   opts.HTTPClient,
+		attempts: opts.Attempts,
+		wait:     opts.Wait,
+		clock:    opts.Clock,
+		log:      opts.Logger,
+		ignore:   store.NewIgnore(opts.PolicyPathsToIgnore),
+		owned:    store.Ownership{},
+	}
+	if s.client == nil {
+		s.client = &http.Client{Timeout: 10 * time.Second}
+	}
+	if s.attempts < 1 {
+		s.attempts = 2
+	}
+	if s.wait == nil {
+		s.wait = func(int) time.Duration { return 2 * time.Second }
+	}
+	if s.clock == nil {
+		s.clock = clock.New()
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s, nil
+}
+
+// PolicyHash returns the hash of the bundle last applied completely ("" if
+// none, or after a half-way failure).
+func (s *Store) PolicyHash(context.Context) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hash, nil
+}
+
+// Health is OPA's GET /health (one try).
+func (s *Store) Health(ctx context.Context) error {
+	_, _, err := s.once(ctx, "GET", "/health", "", nil, http.StatusOK)
+	return err
+}
+
+// SetHealthPolicy PUTs the system.opal health policy at store.HealthPolicyID.
+func (s *Store) SetHealthPolicy(ctx context.Context, rego string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.do(ctx, "PUT", "/v1/policies/"+store.HealthPolicyID, "text/plain", []byte(rego), http.StatusOK)
+	return err
+}
+
+// ApplyPolicy applies a full or delta bundle in the order of §5.2: the data
+// (stale paths deleted first), then the policies with the postponed retry
+// (a module may need one uploaded after it), then the deletions. A delta on
+// another base is refused with *updater.BaseMismatchError; a bundle that
+// does not compile (*store.CompileError) or has bad data JSON
+// (*store.DataError) is refused before any write.
+func (s *Store) ApplyPolicy(ctx context.Context, b *fetcher.PolicyBundle) error {
+	if b == nil {
+		return errors.New("oparest: nil bundle")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := store.CheckBase(s.hash, b); err != nil {
+		return err
+	}
+	current, err := s.modules(ctx)
+	if err != nil {
+		return err
+	}
+	plan, err := store.NewPlan(b, current, s.owned, s.ignore)
+	if err != nil {
+		return err
+	}
+	result, err := s.parser.Result(plan, current)
+	if err != nil {
+		return err
+	}
+	if _, err := store.Compile(result, nil); err != nil {
+		return err
+	}
+	writes, err := s.write(ctx, plan)
+	if err != nil {
+		if writes == 0 {
+			return err // the remote is as it was
+		}
+		// The remote is part old, part new: never build a delta on it.
+		s.hash = ""
+		for k, v := range plan.Owned {
+			s.owned[k] = v
+		}
+		return &PartialWriteError{Writes: writes, Err: err}
+	}
+	s.hash = b.Hash
+	s.owned = plan.Owned
+	s.parser.Forget(func(id string) bool { _, ok := result[id]; return ok })
+	s.log.Debug("policy bundle applied", "hash", b.Hash, "delta", b.IsDelta(),
+		"upserts", len(plan.Upserts), "deletes", len(plan.Deletes), "data_writes", len(plan.DataWrites))
+	return nil
+}
+
+// write performs the plan; it returns how many writes succeeded.
+func (s *Store) write(ctx context.Context, p *store.Plan) (int, error) {
+	n := 0
+	for _, d := range p.DataDeletes {
+		if _, err := s.do(ctx, "DELETE", dataURL(d), "", nil, http.StatusNoContent, http.StatusNotFound); err != nil {
+			return n, err
+		}
+		n++
+	}
+	for _, w := range p.DataWrites {
+		body, err := json.Marshal(w.Value)
+		if err != nil {
+			return n, err
+		}
+		if _, err := s.do(ctx, "PUT", dataURL(w.Path), "application/json", body, http.StatusNoContent, http.StatusNotModified); err != nil {
+			return n, err
+		}
+		n++
+	}
+	// Postponed retry (§5.2): the remote compiles each call against what it
+	// holds, so a module can fail (400) until another one arrives or leaves.
+	// Rounds go on while some call succeeds.
+	type op struct {
+		method, id string
+		body       []byte
+	}
+	var pending []op
+	for _, m := range p.Upserts {
+		pending = append(pending, op{"PUT", m.Path, []byte(m.Rego)})
+	}
+	for _, id := range p.Deletes {
+		pending = append(pending, op{"DELETE", id, nil})
+	}
+	for len(pending) > 0 {
+		var again []op
+		var last error
+		for _, o := range pending {
+			ok := []int{http.StatusOK}
+			ctype := "text/plain"
+			if o.method == "DELETE" {
+				ok, ctype = []int{http.StatusOK, http.StatusNotFound}, ""
+			}
+			_, err := s.do(ctx, o.method, "/v1/policies/"+o.id, ctype, o.body, ok...)
+			var re *RemoteError
+			if errors.As(err, &re) && re.Status == http.StatusBadRequest {
+				again, last = append(again, o), err
+				continue
+			}
+			if err != nil {
+				return n, err
+			}
+			n++
+		}
+		if len(again) == len(pending) {
+			return n, last
+		}
+		pending = again
+	}
+	return n, nil
+}
+
+// modules lists and parses the remote's modules.
+func (s *Store) modules(ctx context.Context) (map[string]*ast.Module, error) {
+	body, err := s.do(ctx, "GET", "/v1/policies", "", nil, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	var list struct {
+		Result []struct {
+			ID  string `json:"id"`
+			Raw string `json:"raw"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, &RemoteError{Method: "GET", Path: "/v1/policies", Status: http.StatusOK, Body: "undecodable policy list", Err: err}
+	}
+	out := make(map[string]*ast.Module, len(list.Result))
+	for _, p := range list.Result {
+		m, err := s.parser.Parse(p.ID, p.Raw)
+		if err != nil {
+			// OPA accepted it, so it parses there (other Rego version, ...):
+			// keep its id so full bundles still manage it, compile without it.
+			s.log.Warn("remote policy does not parse locally", "id", p.ID, "error", err)
+			out[p.ID] = nil
+			continue
+		}
+		out[p.ID] = m
+	}
+	return out, nil
+}
+
+// dataURL is /v1/data/<path>, each segment escaped; the root is /v1/data.
+func dataURL(p []string) string {
+	if len(p) == 0 {
+		return "/v1/data"
+	}
+	segs := make([]string, len(p))
+	for i, s := range p {
+		segs[i] = url.PathEscape(s)
+	}
+	return "/v1/data/" + strings.Join(segs, "/")
+}
+
+// do sends one call with the bounded retry: 5xx and transport errors are
+// tried again up to the attempts, other statuses are final.
+func (s *Store) do(ctx context.Context, method, path, ctype string, body []byte, ok ...int) ([]byte, error) {
+	for n := 1; ; n++ {
+		status, resp, err := s.once(ctx, method, path, ctype, body, ok...)
+		if err == nil {
+			return resp, nil
+		}
+		if (status != 0 && status < 500) || n >= s.attempts || ctx.Err() != nil {
+			return nil, err
+		}
+		s.log.Debug("opa write failed, retrying", "method", method, "path", path, "attempt", n, "error", err)
+		t := s.clock.Timer(s.wait(n))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) once(ctx context.Context, method, path, ctype string, body []byte, ok ...int) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.base+path, rd)
+	if err != nil {
+		return 0, nil, &RemoteError{Method: method, Path: path, Err: err}
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, nil, &RemoteError{Method: method, Path: path, Err: err}
+	}
+	defer resp.Body.Close()
+	rb, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return 0, nil, &RemoteError{Method: method, Path: path, Err: err}
+	}
+	for _, c := range ok {
+		if resp.StatusCode == c {
+			return c, rb, nil
+		}
+	}
+	msg := string(rb)
+	if len(msg) > 512 {
+		msg = msg[:512] + "..."
+	}
+	return resp.StatusCode, nil, &RemoteError{Method: method, Path: path, Status: resp.StatusCode, Body: msg}
+}
