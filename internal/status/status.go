@@ -1,0 +1,255 @@
+// Package status keeps the record of policy and data transactions
+// (opal-protocol §5.3) and derives readiness and health from it. With the
+// health-check policy enabled it also maintains the system.opal policy the
+// Python client writes, queryable at /v1/data/system/opal/ready.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// Transaction types.
+const (
+	TypePolicy = "policy"
+	TypeData   = "data"
+)
+
+// Transaction is one policy update or data entry, as the updaters report it
+// (the daemon adapts updater.Transaction to it).
+type Transaction struct {
+	ID      string    `json:"id"`
+	Type    string    `json:"transaction_type"`
+	Actions []string  `json:"actions"`
+	Success bool      `json:"success"`
+	Error   string    `json:"error"`
+	Created time.Time `json:"creation_time"`
+	Ended   time.Time `json:"end_time"`
+}
+
+// Stats counts transactions of one type.
+type Stats struct {
+	Successful int `json:"successful"`
+	Failed     int `json:"failed"`
+}
+
+// Snapshot is the state the health policy renders.
+type Snapshot struct {
+	Ready                  bool
+	Healthy                bool // last transactions succeeded; the store is not probed
+	LastPolicy             *Transaction
+	LastFailedPolicy       *Transaction
+	LastData               *Transaction
+	LastFailedData         *Transaction
+	PolicyStats, DataStats Stats
+}
+
+// HealthChecker is the store's reachability probe (updater.Store has it).
+type HealthChecker interface {
+	Health(ctx context.Context) error
+}
+
+// HealthPolicyWriter writes the system.opal health policy; both stores
+// implement it.
+type HealthPolicyWriter interface {
+	SetHealthPolicy(ctx context.Context, rego string) error
+}
+
+// Options configure a Tracker.
+type Options struct {
+	// Clock fills missing transaction times and bounds policy writes; nil = real.
+	Clock clock.Clock
+	// DataUpdaterEnabled makes health depend on the data transactions too.
+	DataUpdaterEnabled bool
+	// Store is probed by Healthy; nil = not probed.
+	Store HealthChecker
+	// HealthPolicy, when set (OPAL_OPA_HEALTH_CHECK_POLICY_ENABLED=true), is
+	// written after every transaction.
+	HealthPolicy HealthPolicyWriter
+	// WriteTimeout bounds one health-policy write; 0 = 5 s.
+	WriteTimeout time.Duration
+	// Logger; nil = slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrUnhealthy is wrapped by Healthy's errors.
+var ErrUnhealthy = errors.New("unhealthy")
+
+// Tracker records transactions. Safe for concurrent use.
+type Tracker struct {
+	opts Options
+
+	mu                       sync.Mutex
+	lastPolicy, lastData     *Transaction // the latest, success or not
+	failedPolicy, failedData *Transaction
+	okPolicy, okData         bool // a success ever
+	policyStats, dataStats   Stats
+
+	writeMu sync.Mutex // health-policy writes land in order
+}
+
+// New returns an empty Tracker.
+func New(opts Options) *Tracker {
+	if opts.Clock == nil {
+		opts.Clock = clock.New()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 5 * time.Second
+	}
+	return &Tracker{opts: opts}
+}
+
+// Record stores a transaction (the updater's OnTransaction hook) and, if
+// enabled, rewrites the health policy. A failed policy write is logged.
+func (t *Tracker) Record(tx Transaction) {
+	now := t.opts.Clock.Now()
+	if tx.Created.IsZero() {
+		tx.Created = now
+	}
+	if tx.Ended.IsZero() {
+		tx.Ended = now
+	}
+	tx.Actions = append([]string(nil), tx.Actions...)
+	t.mu.Lock()
+	switch tx.Type {
+	case TypeData:
+		// Every transaction becomes the last one, failures too: a failure
+		// after a success makes the client unhealthy (the Python client
+		// only remembers successes).
+		t.lastData = &tx
+		if tx.Success {
+			t.okData = true
+			t.dataStats.Successful++
+		} else {
+			t.failedData = &tx
+			t.dataStats.Failed++
+		}
+	default:
+		t.lastPolicy = &tx
+		if tx.Success {
+			t.okPolicy = true
+			t.policyStats.Successful++
+		} else {
+			t.failedPolicy = &tx
+			t.policyStats.Failed++
+		}
+	}
+	t.mu.Unlock()
+	if t.opts.HealthPolicy != nil {
+		ctx, cancel := t.opts.Clock.WithTimeout(context.Background(), t.opts.WriteTimeout)
+		defer cancel()
+		if err := t.WriteHealthPolicy(ctx); err != nil {
+			t.opts.Logger.Warn("health-check policy not written", "error", err)
+		}
+	}
+}
+
+// Ready reports whether a policy has been applied.
+func (t *Tracker) Ready() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.okPolicy
+}
+
+// Healthy returns nil when the last policy transaction succeeded, the data
+// side is fine (updater disabled or its last transaction succeeded) and the
+// store answers its health probe.
+func (t *Tracker) Healthy(ctx context.Context) error {
+	s := t.Snapshot()
+	if !s.Healthy {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		switch {
+		case t.lastPolicy == nil:
+			return fmt.Errorf("%w: no policy transaction yet", ErrUnhealthy)
+		case !t.lastPolicy.Success:
+			return fmt.Errorf("%w: last policy transaction %s failed: %s", ErrUnhealthy, t.lastPolicy.ID, t.lastPolicy.Error)
+		case t.lastData == nil:
+			return fmt.Errorf("%w: no data transaction yet", ErrUnhealthy)
+		default:
+			return fmt.Errorf("%w: last data transaction %s failed: %s", ErrUnhealthy, t.lastData.ID, t.lastData.Error)
+		}
+	}
+	if t.opts.Store != nil {
+		if err := t.opts.Store.Health(ctx); err != nil {
+			return fmt.Errorf("%w: policy store: %v", ErrUnhealthy, err)
+		}
+	}
+	return nil
+}
+
+// Snapshot returns the current state.
+func (t *Tracker) Snapshot() Snapshot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	policyOK := t.lastPolicy != nil && t.lastPolicy.Success
+	dataOK := !t.opts.DataUpdaterEnabled || (t.lastData != nil && t.lastData.Success)
+	return Snapshot{
+		Ready:            t.okPolicy,
+		Healthy:          policyOK && dataOK,
+		LastPolicy:       clone(t.lastPolicy),
+		LastFailedPolicy: clone(t.failedPolicy),
+		LastData:         clone(t.lastData),
+		LastFailedData:   clone(t.failedData),
+		PolicyStats:      t.policyStats,
+		DataStats:        t.dataStats,
+	}
+}
+
+func clone(tx *Transaction) *Transaction {
+	if tx == nil {
+		return nil
+	}
+	c := *tx
+	return &c
+}
+
+// WriteHealthPolicy renders the current snapshot and writes it; the daemon
+// calls it once at startup (the Python client stops if that fails).
+func (t *Tracker) WriteHealthPolicy(ctx context.Context) error {
+	if t.opts.HealthPolicy == nil {
+		return nil
+	}
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	return t.opts.HealthPolicy.SetHealthPolicy(ctx, RenderHealthPolicy(t.Snapshot()))
+}
+
+// RenderHealthPolicy renders the system.opal policy of the Python client:
+// ready and healthy, the last (failed) transactions and the statistics, as
+// JSON literals (valid Rego terms). healthy does not include the store
+// probe: a policy evaluated inside OPA is evidently reachable.
+func RenderHealthPolicy(s Snapshot) string {
+	var b strings.Builder
+	b.WriteString("package system.opal\n\n")
+	fmt.Fprintf(&b, "default ready := %t\n\n", s.Ready)
+	fmt.Fprintf(&b, "default healthy := %t\n\n", s.Healthy)
+	lit := func(name string, v any) {
+		j, _ := json.Marshal(v) // plain structs: cannot fail
+		fmt.Fprintf(&b, "%s := %s\n\n", name, j)
+	}
+	obj := func(tx *Transaction) any {
+		if tx == nil {
+			return map[string]any{}
+		}
+		return tx
+	}
+	lit("last_policy_transaction", obj(s.LastPolicy))
+	lit("last_failed_policy_transaction", obj(s.LastFailedPolicy))
+	lit("last_data_transaction", obj(s.LastData))
+	lit("last_failed_data_transaction", obj(s.LastFailedData))
+	lit("transaction_policy_statistics", s.PolicyStats)
+	lit("transaction_data_statistics", s.DataStats)
+	return b.String()
+}
