@@ -153,4 +153,3 @@ func TestFetchCmd_BadUsage(t *testing.T) {
 		t.Errorf("unknown command: exit %d", code)
 	}
 }
-
