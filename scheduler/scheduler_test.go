@@ -50,7 +50,10 @@ type armed struct {
 	flat  bool
 }
 
-// rig is a scheduler on a mock clock whose Fire signals a channel.
+// rig is a scheduler on a mock clock whose Fire signals a channel. Tests
+// run it inside a synctest bubble: the mock's internal settling sleeps are
+// virtual, and a timer that never fires is reported at once as a deadlock
+// instead of hanging until the test timeout.
 type rig struct {
 	s     *scheduler.Scheduler
 	clk   *clock.Mock
@@ -145,30 +148,32 @@ func TestD2_DelayNeverNegative(t *testing.T) {
 
 // D2/D3 at defaults: 5, 10, 20, 40, 60 x16 escalating (1035 s), then flat 60.
 func TestD2_SequenceAtDefaults(t *testing.T) {
-	r := newRig(t, defaults())
-	var sum time.Duration
-	for i := 0; i < 25; i++ {
-		r.armAndFire(t, 0, false)
-	}
-	want := []time.Duration{5 * s, 10 * s, 20 * s, 40 * s}
-	for i, a := range r.arms {
-		w := 60 * s
-		if i < len(want) {
-			w = want[i]
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, defaults())
+		var sum time.Duration
+		for i := 0; i < 25; i++ {
+			r.armAndFire(t, 0, false)
 		}
-		if a.delay != w {
-			t.Fatalf("round %d: delay %v, want %v", i+1, a.delay, w)
+		want := []time.Duration{5 * s, 10 * s, 20 * s, 40 * s}
+		for i, a := range r.arms {
+			w := 60 * s
+			if i < len(want) {
+				w = want[i]
+			}
+			if a.delay != w {
+				t.Fatalf("round %d: delay %v, want %v", i+1, a.delay, w)
+			}
+			if a.flat != (i >= 20) {
+				t.Fatalf("round %d: flat %v", i+1, a.flat)
+			}
+			if i < 20 {
+				sum += a.delay
+			}
 		}
-		if a.flat != (i >= 20) {
-			t.Fatalf("round %d: flat %v", i+1, a.flat)
+		if sum != 1035*s {
+			t.Fatalf("escalation sums to %v, want 1035s", sum)
 		}
-		if i < 20 {
-			sum += a.delay
-		}
-	}
-	if sum != 1035*s {
-		t.Fatalf("escalation sums to %v, want 1035s", sum)
-	}
+	})
 }
 
 // D2 jitter: each draw lands in [d/2, d]; the extremes of the source map to
@@ -185,34 +190,38 @@ func TestD2_Jitter(t *testing.T) {
 		{"negative_draw_is_clamped", -1, 2500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := defaults()
-			o.Jitter = nil
-			o.Rand = func() float64 { return tc.u }
-			r := newRig(t, o)
-			r.s.Arm(0, false)
-			if got := r.arms[0].delay; got != tc.want {
-				t.Fatalf("delay %v, want %v", got, tc.want)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				o := defaults()
+				o.Jitter = nil
+				o.Rand = func() float64 { return tc.u }
+				r := newRig(t, o)
+				r.s.Arm(0, false)
+				if got := r.arms[0].delay; got != tc.want {
+					t.Fatalf("delay %v, want %v", got, tc.want)
+				}
+			})
 		})
 	}
 	t.Run("sequence_within_bounds", func(t *testing.T) {
-		o := defaults()
-		o.Jitter = nil
-		seed := uint64(1)
-		o.Rand = func() float64 { // a small LCG keeps the test deterministic
-			seed = seed*6364136223846793005 + 1442695040888963407
-			return float64(seed>>11) / (1 << 53)
-		}
-		r := newRig(t, o)
-		for i := 0; i < 30; i++ {
-			r.armAndFire(t, 0, false)
-		}
-		for i, a := range r.arms {
-			base, _ := scheduler.Delay(i+1, 0, false, 60*s, 20)
-			if a.delay < base/2 || a.delay > base {
-				t.Fatalf("round %d: delay %v outside [%v, %v]", i+1, a.delay, base/2, base)
+		synctest.Test(t, func(t *testing.T) {
+			o := defaults()
+			o.Jitter = nil
+			seed := uint64(1)
+			o.Rand = func() float64 { // a small LCG keeps the test deterministic
+				seed = seed*6364136223846793005 + 1442695040888963407
+				return float64(seed>>11) / (1 << 53)
 			}
-		}
+			r := newRig(t, o)
+			for i := 0; i < 30; i++ {
+				r.armAndFire(t, 0, false)
+			}
+			for i, a := range r.arms {
+				base, _ := scheduler.Delay(i+1, 0, false, 60*s, 20)
+				if a.delay < base/2 || a.delay > base {
+					t.Fatalf("round %d: delay %v outside [%v, %v]", i+1, a.delay, base/2, base)
+				}
+			}
+		})
 	})
 }
 
@@ -220,135 +229,147 @@ func TestD2_Jitter(t *testing.T) {
 // Catches: warning every flat round, no per-round warning, Reset keeping
 // the flat phase or the rounds, rounds not saturating.
 func TestD3_FlatPhase(t *testing.T) {
-	o := defaults()
-	o.MaxRounds = 3
-	r := newRig(t, o)
-	for i := 0; i < 3; i++ {
+	synctest.Test(t, func(t *testing.T) {
+		o := defaults()
+		o.MaxRounds = 3
+		r := newRig(t, o)
+		for i := 0; i < 3; i++ {
+			r.armAndFire(t, 0, false)
+		}
+		if r.s.Flat() || r.log.warnings() != 3 {
+			t.Fatalf("after the budget: flat %v, %d warnings; want false, 3", r.s.Flat(), r.log.warnings())
+		}
+		for i := 0; i < 10; i++ {
+			r.armAndFire(t, 0, false)
+		}
+		if !r.s.Flat() {
+			t.Fatal("not flat after the budget")
+		}
+		if n := r.log.warnings(); n != 4 {
+			t.Fatalf("%d warnings, want 3 rounds + 1 on entering the flat phase", n)
+		}
+		if r.s.Round() != 4 {
+			t.Fatalf("Round() = %d, want saturated at 4", r.s.Round())
+		}
+		r.s.Reset()
+		if r.s.Flat() || r.s.Round() != 0 {
+			t.Fatalf("after Reset: flat %v, round %d", r.s.Flat(), r.s.Round())
+		}
 		r.armAndFire(t, 0, false)
-	}
-	if r.s.Flat() || r.log.warnings() != 3 {
-		t.Fatalf("after the budget: flat %v, %d warnings; want false, 3", r.s.Flat(), r.log.warnings())
-	}
-	for i := 0; i < 10; i++ {
-		r.armAndFire(t, 0, false)
-	}
-	if !r.s.Flat() {
-		t.Fatal("not flat after the budget")
-	}
-	if n := r.log.warnings(); n != 4 {
-		t.Fatalf("%d warnings, want 3 rounds + 1 on entering the flat phase", n)
-	}
-	if r.s.Round() != 4 {
-		t.Fatalf("Round() = %d, want saturated at 4", r.s.Round())
-	}
-	r.s.Reset()
-	if r.s.Flat() || r.s.Round() != 0 {
-		t.Fatalf("after Reset: flat %v, round %d", r.s.Flat(), r.s.Round())
-	}
-	r.armAndFire(t, 0, false)
-	if last := r.arms[len(r.arms)-1]; last.round != 1 || last.delay != 5*s || last.flat {
-		t.Fatalf("after Reset armed %+v, want round 1, 5s", last)
-	}
+		if last := r.arms[len(r.arms)-1]; last.round != 1 || last.delay != 5*s || last.flat {
+			t.Fatalf("after Reset armed %+v, want round 1, 5s", last)
+		}
+	})
 }
 
 // D1: arming while a timer is pending is a no-op, even from many goroutines.
 // Catches: allowing a second timer.
 func TestD1_OnePendingTimer(t *testing.T) {
-	r := newRig(t, defaults())
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	ok := 0
-	for i := 0; i < 64; i++ {
-		wg.Go(func() {
-			if r.s.Arm(time.Duration(i)*s, true) {
-				mu.Lock()
-				ok++
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if ok != 1 || r.s.Armed() != 1 || !r.s.Pending() || r.s.Round() != 1 {
-		t.Fatalf("%d Arms succeeded, %d timers, round %d; want exactly one", ok, r.s.Armed(), r.s.Round())
-	}
-	r.clk.Add(time.Minute)
-	<-r.fired
-	if r.s.Pending() || r.s.Armed() != 0 {
-		t.Fatal("timer still pending after it fired")
-	}
-	select {
-	case <-r.fired:
-		t.Fatal("Fire called twice")
-	default:
-	}
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, defaults())
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		ok := 0
+		for i := 0; i < 64; i++ {
+			wg.Go(func() {
+				if r.s.Arm(time.Duration(i)*s, true) {
+					mu.Lock()
+					ok++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if ok != 1 || r.s.Armed() != 1 || !r.s.Pending() || r.s.Round() != 1 {
+			t.Fatalf("%d Arms succeeded, %d timers, round %d; want exactly one", ok, r.s.Armed(), r.s.Round())
+		}
+		r.clk.Add(time.Minute)
+		<-r.fired
+		if r.s.Pending() || r.s.Armed() != 0 {
+			t.Fatal("timer still pending after it fired")
+		}
+		select {
+		case <-r.fired:
+			t.Fatal("Fire called twice")
+		default:
+		}
+	})
 }
 
 // D4: firing only calls Fire, once, after the delay and not before.
 func TestD4_FireAfterDelay(t *testing.T) {
-	r := newRig(t, defaults())
-	r.s.Arm(0, false)
-	r.clk.Add(4 * s)
-	select {
-	case <-r.fired:
-		t.Fatal("fired before its delay")
-	default:
-	}
-	r.clk.Add(1 * s)
-	<-r.fired
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, defaults())
+		r.s.Arm(0, false)
+		r.clk.Add(4 * s)
+		select {
+		case <-r.fired:
+			t.Fatal("fired before its delay")
+		default:
+		}
+		r.clk.Add(1 * s)
+		<-r.fired
+	})
 }
 
 // D5/D6: Cancel stops the timer and keeps the rounds; Reset clears them.
 // Catches: Cancel resetting rounds, Cancel leaving the timer.
 func TestD5_Cancel(t *testing.T) {
 	t.Run("cancel_keeps_rounds", func(t *testing.T) {
-		r := newRig(t, defaults())
-		r.armAndFire(t, 0, false)
-		r.s.Arm(0, false)
-		r.s.Cancel()
-		if r.s.Pending() || r.s.Armed() != 0 || r.s.Round() != 2 {
-			t.Fatalf("pending %v, timers %d, round %d; want false, 0, 2", r.s.Pending(), r.s.Armed(), r.s.Round())
-		}
-		r.clk.Add(time.Hour)
-		select {
-		case <-r.fired:
-			t.Fatal("cancelled timer fired")
-		default:
-		}
-		if !r.s.Arm(0, false) || r.arms[len(r.arms)-1].delay != 20*s {
-			t.Fatalf("next round after Cancel: %+v, want round 3, 20s", r.arms[len(r.arms)-1])
-		}
+		synctest.Test(t, func(t *testing.T) {
+			r := newRig(t, defaults())
+			r.armAndFire(t, 0, false)
+			r.s.Arm(0, false)
+			r.s.Cancel()
+			if r.s.Pending() || r.s.Armed() != 0 || r.s.Round() != 2 {
+				t.Fatalf("pending %v, timers %d, round %d; want false, 0, 2", r.s.Pending(), r.s.Armed(), r.s.Round())
+			}
+			r.clk.Add(time.Hour)
+			select {
+			case <-r.fired:
+				t.Fatal("cancelled timer fired")
+			default:
+			}
+			if !r.s.Arm(0, false) || r.arms[len(r.arms)-1].delay != 20*s {
+				t.Fatalf("next round after Cancel: %+v, want round 3, 20s", r.arms[len(r.arms)-1])
+			}
+		})
 	})
 	t.Run("reset_clears_rounds", func(t *testing.T) {
-		r := newRig(t, defaults())
-		r.armAndFire(t, 0, false)
-		r.s.Arm(0, false)
-		r.s.Reset()
-		if r.s.Pending() || r.s.Round() != 0 {
-			t.Fatalf("pending %v, round %d", r.s.Pending(), r.s.Round())
-		}
-		r.clk.Add(time.Hour)
-		select {
-		case <-r.fired:
-			t.Fatal("reset timer fired")
-		default:
-		}
+		synctest.Test(t, func(t *testing.T) {
+			r := newRig(t, defaults())
+			r.armAndFire(t, 0, false)
+			r.s.Arm(0, false)
+			r.s.Reset()
+			if r.s.Pending() || r.s.Round() != 0 {
+				t.Fatalf("pending %v, round %d", r.s.Pending(), r.s.Round())
+			}
+			r.clk.Add(time.Hour)
+			select {
+			case <-r.fired:
+				t.Fatal("reset timer fired")
+			default:
+			}
+		})
 	})
 }
 
 // D8: disabled means no timer at all, flat phase included.
 func TestD8_Disabled(t *testing.T) {
-	o := defaults()
-	o.Enabled = false
-	o.MaxRounds = 0
-	r := newRig(t, o)
-	for i := 0; i < 5; i++ {
-		if r.s.Arm(10*s, true) {
-			t.Fatal("disabled scheduler armed")
+	synctest.Test(t, func(t *testing.T) {
+		o := defaults()
+		o.Enabled = false
+		o.MaxRounds = 0
+		r := newRig(t, o)
+		for i := 0; i < 5; i++ {
+			if r.s.Arm(10*s, true) {
+				t.Fatal("disabled scheduler armed")
+			}
 		}
-	}
-	if r.s.Pending() || r.s.Flat() || r.log.warnings() != 0 || len(r.arms) != 0 {
-		t.Fatal("disabled scheduler changed state or logged")
-	}
+		if r.s.Pending() || r.s.Flat() || r.log.warnings() != 0 || len(r.arms) != 0 {
+			t.Fatal("disabled scheduler changed state or logged")
+		}
+	})
 }
 
 // D5: Stop cancels the pending timer, refuses later Arms, and waits for a
@@ -396,13 +417,15 @@ func TestD5_Stop(t *testing.T) {
 // Catches: a round 10^6 that overflows or loops: a saturated scheduler
 // stays flat with the ceiling and arming stays O(1).
 func TestD3_ManyRoundsStayFlat(t *testing.T) {
-	o := defaults()
-	r := newRig(t, o)
-	for i := 0; i < 200; i++ {
-		r.s.Arm(0, false)
-		r.s.Cancel()
-	}
-	if last := r.arms[len(r.arms)-1]; !last.flat || last.delay != 60*s || r.s.Round() != 21 {
-		t.Fatalf("after 200 rounds: %+v, round %d", last, r.s.Round())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		o := defaults()
+		r := newRig(t, o)
+		for i := 0; i < 200; i++ {
+			r.s.Arm(0, false)
+			r.s.Cancel()
+		}
+		if last := r.arms[len(r.arms)-1]; !last.flat || last.delay != 60*s || r.s.Round() != 21 {
+			t.Fatalf("after 200 rounds: %+v, round %d", last, r.s.Round())
+		}
+	})
 }
