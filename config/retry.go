@@ -112,7 +112,7 @@ func (o ConnRetryOptions) step(n int) time.Duration {
 			d = maxDuration
 			break
 		}
-		d *= 2
+		d = 2 * d
 		if o.MaxWait > 0 && d >= o.MaxWait {
 			break
 		}

@@ -50,7 +50,7 @@ func TestTimeout_Stalls(t *testing.T) {
 			for i := 0; i < 2; i++ { // each attempt: wait for the stall, then let the timeout fire
 				select {
 				case <-started:
-				case <-time.After(10 * time.Second):
+				case <-time.After(3 * time.Second):
 					t.Fatal("request never reached the server")
 				}
 				r.mock.Add(10 * time.Second)
@@ -58,7 +58,7 @@ func TestTimeout_Stalls(t *testing.T) {
 			var err error
 			select {
 			case err = <-done:
-			case <-time.After(10 * time.Second):
+			case <-time.After(3 * time.Second):
 				t.Fatal("fetch hangs on a stalled answer")
 			}
 			var re *RetryableError
