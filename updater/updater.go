@@ -1,0 +1,428 @@
+// Package updater is the serial update queue (design U1-U3): connect
+// triggers, pub/sub policy updates, deferred re-fetches, operator triggers
+// and data writes become store transactions, run one at a time by a single
+// goroutine (Run). Enqueueing never blocks: requests that pile up are
+// coalesced with the queue's tail, never reordered across a store write, so a
+// flood of notifications cannot grow memory without bound.
+//
+// The Updater wires the deferral scheduler (D5, D6): a successful fetch and a
+// genuine policy update reset it; a connect trigger or forced update cancels
+// its timer but keeps its rounds; a fetch that ends exhausted on retryable
+// errors arms it with the server's last Retry-After hint; a non-retryable one
+// arms nothing.
+package updater
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/opal-go/opal-client/fetcher"
+	"github.com/opal-go/opal-client/scheduler"
+)
+
+// Fetcher fetches one policy bundle with its whole retry policy;
+// *fetcher.Fetcher implements it.
+type Fetcher interface {
+	Fetch(ctx context.Context, r fetcher.Request) (*fetcher.Result, error)
+}
+
+// TypePolicy is the Type of a policy Transaction.
+const TypePolicy = "policy"
+
+// Transaction is the outcome of one policy update, reported through
+// Options.OnTransaction (protocol §5.3). ID is the bundle hash, or random hex
+// when no bundle was fetched.
+type Transaction struct {
+	ID      string
+	Type    string
+	Actions []string
+	Success bool
+	Error   string
+	Created time.Time
+	Ended   time.Time
+}
+
+// DefaultQueueSize bounds the data writes waiting in the queue when
+// Options.QueueSize is 0.
+const DefaultQueueSize = 1024
+
+// ErrQueueFull is returned by Data when the queue already holds QueueSize
+// data writes.
+var ErrQueueFull = errors.New("updater: update queue full")
+
+// Options configures an Updater.
+type Options struct {
+	Store   Store
+	Fetcher Fetcher
+	// Scheduler defers re-fetches after exhausted fetches; nil disables deferral.
+	Scheduler *scheduler.Scheduler
+	// Dirs are the subscription directories (OPAL_POLICY_SUBSCRIPTION_DIRS);
+	// nil means ["."]. A full update fetches all of them.
+	Dirs []string
+	// QueueSize bounds the data writes waiting; 0 means DefaultQueueSize.
+	// Policy requests never take more than one slot per data write plus one.
+	QueueSize int
+	Clock     clock.Clock  // nil means the real clock
+	Logger    *slog.Logger // nil discards
+	// OnTransaction, if set, sees every policy update's outcome (health,
+	// readiness, metrics). It runs on the queue's goroutine: keep it short.
+	OnTransaction func(Transaction)
+}
+
+// Reasons a policy request was queued; merged requests keep all of them.
+const (
+	reasonConnect = 1 << iota
+	reasonUpdate
+	reasonDeferred
+	reasonForced
+)
+
+// item is one queued request: a policy fetch (apply == nil) or a data write.
+type item struct {
+	// policy
+	all     bool     // every subscription dir
+	dirs    []string // when !all: the changed dirs, a subset of Options.Dirs
+	force   bool     // no base_hash (operator trigger)
+	reasons int
+
+	// data
+	name  string
+	apply func(ctx context.Context) error
+}
+
+func (it *item) isPolicy() bool { return it.apply == nil }
+
+// merge folds a later policy request into it. The union fetches everything
+// either would have; forcing wins.
+func (it *item) merge(o *item) {
+	it.all = it.all || o.all
+	if it.all {
+		it.dirs = nil
+	} else {
+		for _, d := range o.dirs {
+			if !slices.Contains(it.dirs, d) {
+				it.dirs = append(it.dirs, d)
+			}
+		}
+	}
+	it.force = it.force || o.force
+	it.reasons |= o.reasons
+}
+
+// Updater is the serial update queue. Create it with New, start Run in one
+// goroutine, and feed it with Connect, PolicyUpdate, ForceFull, Deferred and
+// Data from any goroutine.
+type Updater struct {
+	o     Options
+	store Store
+	fetch Fetcher
+	sched *scheduler.Scheduler
+	dirs  []string
+	clk   clock.Clock
+	log   *slog.Logger
+
+	wake chan struct{} // buffered 1: "the queue is not empty"
+
+	mu      sync.Mutex
+	queue   []*item
+	nData   int // data items in queue
+	stopped bool
+	running bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+	busy    bool // an item is being run (tests)
+}
+
+// New returns an Updater; nothing runs until Run.
+func New(o Options) *Updater {
+	u := &Updater{o: o, store: o.Store, fetch: o.Fetcher, sched: o.Scheduler,
+		dirs: o.Dirs, clk: o.Clock, log: o.Logger, wake: make(chan struct{}, 1)}
+	if len(u.dirs) == 0 {
+		u.dirs = []string{"."}
+	}
+	if u.o.QueueSize <= 0 {
+		u.o.QueueSize = DefaultQueueSize
+	}
+	if u.clk == nil {
+		u.clk = clock.New()
+	}
+	if u.log == nil {
+		u.log = slog.New(slog.DiscardHandler)
+	}
+	return u
+}
+
+// enqueue adds it, merging a policy request into a policy tail so that
+// nothing moves across a data write. It never blocks.
+func (u *Updater) enqueue(it *item) error {
+	u.mu.Lock()
+	switch {
+	case u.stopped:
+		u.mu.Unlock()
+		return nil
+	case it.isPolicy() && len(u.queue) > 0 && u.queue[len(u.queue)-1].isPolicy():
+		u.queue[len(u.queue)-1].merge(it)
+	case !it.isPolicy() && u.nData >= u.o.QueueSize:
+		u.mu.Unlock()
+		return ErrQueueFull
+	default:
+		u.queue = append(u.queue, it)
+		if !it.isPolicy() {
+			u.nData++
+		}
+	}
+	u.mu.Unlock()
+	select {
+	case u.wake <- struct{}{}:
+	default: // already signalled
+	}
+	return nil
+}
+
+// Connect queues the full update of a pub/sub (re)connect. It cancels the
+// pending deferral but keeps its rounds (D5, D6): reconnects are frequent in
+// exactly the outages the round budget is for.
+func (u *Updater) Connect() {
+	if u.sched != nil {
+		u.sched.Cancel()
+	}
+	u.enqueue(&item{all: true, reasons: reasonConnect})
+}
+
+// PolicyUpdate queues the update a pub/sub policy message asks for. Only the
+// changed directories that are subscription dirs, matched exactly as
+// configured (protocol §3.3), are fetched; if none is, nothing is fetched
+// and nothing changes (unlike the Python client's whole-repo fetch). A
+// genuine update resets the deferral (D5, D6).
+func (u *Updater) PolicyUpdate(changedDirs []string) {
+	var dirs []string
+	for _, d := range changedDirs {
+		if slices.Contains(u.dirs, d) && !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	if len(dirs) == 0 {
+		u.log.Debug("policy update outside the subscription dirs ignored", "changed", len(changedDirs))
+		return
+	}
+	if u.sched != nil {
+		u.sched.Reset()
+	}
+	u.enqueue(&item{dirs: dirs, reasons: reasonUpdate})
+}
+
+// ForceFull queues a full update that ignores the stored hash (no
+// base_hash): the operator trigger. It cancels the pending deferral and
+// keeps its rounds, like Connect.
+func (u *Updater) ForceFull() {
+	if u.sched != nil {
+		u.sched.Cancel()
+	}
+	u.enqueue(&item{all: true, force: true, reasons: reasonForced})
+}
+
+// Deferred queues the deferred re-fetch of every subscription dir (D4): the
+// scheduler's Fire calls it.
+func (u *Updater) Deferred() {
+	u.enqueue(&item{all: true, reasons: reasonDeferred})
+}
+
+// Data queues a store write of the data updater, serialised with every
+// policy update (U1). name labels it in logs. It returns ErrQueueFull,
+// without queueing, when QueueSize data writes are already waiting.
+func (u *Updater) Data(name string, apply func(ctx context.Context) error) error {
+	if apply == nil {
+		return errors.New("updater: nil data apply")
+	}
+	return u.enqueue(&item{name: name, apply: apply})
+}
+
+func (u *Updater) pop() *item {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.queue) == 0 {
+		u.busy = false
+		return nil
+	}
+	it := u.queue[0]
+	u.queue[0] = nil
+	u.queue = u.queue[1:]
+	if !it.isPolicy() {
+		u.nData--
+	}
+	u.busy = true
+	return it
+}
+
+// Run is the queue's single consumer (U1). It runs requests one at a time
+// until ctx is done or Stop is called; a store transaction in progress sees
+// the cancellation and finishes or aborts cleanly (U3). It returns nil after
+// Stop and ctx's error otherwise. Only one Run may be active.
+func (u *Updater) Run(ctx context.Context) error {
+	u.mu.Lock()
+	if u.running {
+		u.mu.Unlock()
+		return errors.New("updater: Run already active")
+	}
+	if u.stopped {
+		u.mu.Unlock()
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	u.running, u.cancel, u.done = true, cancel, make(chan struct{})
+	done := u.done
+	u.mu.Unlock()
+	defer func() {
+		cancel()
+		u.mu.Lock()
+		u.running, u.busy = false, false
+		u.mu.Unlock()
+		close(done)
+	}()
+	for {
+		if ctx.Err() != nil {
+			break
+		}
+		it := u.pop()
+		if it == nil {
+			select {
+			case <-u.wake:
+				continue
+			case <-ctx.Done():
+			}
+			break
+		}
+		if it.isPolicy() {
+			u.runPolicy(ctx, it)
+		} else {
+			u.runData(ctx, it)
+		}
+	}
+	u.mu.Lock()
+	stopped := u.stopped
+	u.mu.Unlock()
+	if stopped {
+		return nil
+	}
+	return ctx.Err()
+}
+
+// Stop makes Run return, drops what is queued, refuses later requests, and
+// waits for Run to finish the request in progress.
+func (u *Updater) Stop() {
+	u.mu.Lock()
+	u.stopped = true
+	u.queue, u.nData = nil, 0
+	cancel, done, running := u.cancel, u.done, u.running
+	u.mu.Unlock()
+	if running {
+		cancel()
+		<-done
+	}
+}
+
+func (u *Updater) runData(ctx context.Context, it *item) {
+	if err := it.apply(ctx); err != nil {
+		u.log.Warn("data update failed", "name", it.name, "error", err)
+	}
+}
+
+// runPolicy is one policy update (U2): read the hash (F11), fetch, apply,
+// report, and feed the outcome to the scheduler.
+func (u *Updater) runPolicy(ctx context.Context, it *item) {
+	tx := Transaction{Type: TypePolicy, Actions: []string{"set_policies"}, Created: u.clk.Now()}
+	base := ""
+	if !it.force {
+		h, err := u.store.PolicyHash(ctx)
+		if err != nil {
+			// F11: degrade to a full bundle; a failing fetch still arms below.
+			u.log.Warn("reading the policy hash failed; fetching a full bundle", "error", err)
+		} else {
+			base = h
+		}
+	}
+	paths := it.dirs
+	if it.all {
+		paths = u.dirs
+	}
+	b, err := u.fetchBundle(ctx, paths, base)
+	if err == nil {
+		err = u.store.ApplyPolicy(ctx, b)
+		if bm := (*BaseMismatchError)(nil); errors.As(err, &bm) {
+			u.log.Info("delta bundle on another base; fetching a full bundle", "base", bm.Base, "current", bm.Current)
+			b, err = u.fetchBundle(ctx, paths, "")
+			if err == nil {
+				err = u.store.ApplyPolicy(ctx, b)
+			}
+		} else if err != nil {
+			u.log.Warn("applying the policy bundle failed; the store is unchanged", "hash", b.Hash, "error", err)
+		}
+	}
+	tx.Ended = u.clk.Now()
+	tx.Success = err == nil
+	if err != nil {
+		tx.Error = err.Error()
+	}
+	if b != nil && b.Hash != "" {
+		tx.ID = b.Hash
+	} else {
+		tx.ID = randomID()
+	}
+	if err == nil {
+		u.log.Info("policy updated", "hash", b.Hash, "delta", b.IsDelta(), "paths", paths)
+	}
+	if u.o.OnTransaction != nil {
+		u.o.OnTransaction(tx)
+	}
+}
+
+// fetchBundle fetches and feeds the outcome to the scheduler: success resets
+// it (D5, D6), an exhausted retryable error arms it with the last hint (D1),
+// anything else arms nothing (D8). The fetcher itself logs the one WARNING
+// of a failed fetch (F9), so this only logs at DEBUG.
+func (u *Updater) fetchBundle(ctx context.Context, paths []string, base string) (*fetcher.PolicyBundle, error) {
+	res, err := u.fetch.Fetch(ctx, fetcher.Request{Paths: paths, BaseHash: base})
+	if err == nil && (res == nil || res.Bundle == nil) {
+		err = errors.New("updater: fetcher returned no bundle")
+	}
+	if err == nil {
+		if u.sched != nil {
+			u.sched.Reset()
+		}
+		return res.Bundle, nil
+	}
+	u.log.Debug("policy fetch failed", "error", err, "base_hash", base != "")
+	var re *fetcher.RetryableError
+	if ctx.Err() == nil && errors.As(err, &re) && u.sched != nil {
+		u.sched.Arm(re.RetryAfter, re.HasRetryAfter)
+	}
+	return nil, err
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// Idle reports whether nothing is queued or running (tests, the simulator).
+func (u *Updater) Idle() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.queue) == 0 && !u.busy
+}
+
+// Len is the number of queued requests (not counting one in progress).
+func (u *Updater) Len() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.queue)
+}
