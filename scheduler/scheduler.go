@@ -251,3 +251,11 @@ func (s *Scheduler) Pending() bool {
 	defer s.mu.Unlock()
 	return s.timer != nil
 }
+
+// Timers is the number of timers started and neither fired nor stopped: 0
+// or 1 (D1). It lets tests and the fleet simulator check that invariant.
+func (s *Scheduler) Timers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.armed
+}

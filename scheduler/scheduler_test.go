@@ -280,12 +280,12 @@ func TestD1_OnePendingTimer(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if ok != 1 || r.s.Armed() != 1 || !r.s.Pending() || r.s.Round() != 1 {
-			t.Fatalf("%d Arms succeeded, %d timers, round %d; want exactly one", ok, r.s.Armed(), r.s.Round())
+		if ok != 1 || r.s.Timers() != 1 || !r.s.Pending() || r.s.Round() != 1 {
+			t.Fatalf("%d Arms succeeded, %d timers, round %d; want exactly one", ok, r.s.Timers(), r.s.Round())
 		}
 		r.clk.Add(time.Minute)
 		<-r.fired
-		if r.s.Pending() || r.s.Armed() != 0 {
+		if r.s.Pending() || r.s.Timers() != 0 {
 			t.Fatal("timer still pending after it fired")
 		}
 		select {
@@ -321,8 +321,8 @@ func TestD5_Cancel(t *testing.T) {
 			r.armAndFire(t, 0, false)
 			r.s.Arm(0, false)
 			r.s.Cancel()
-			if r.s.Pending() || r.s.Armed() != 0 || r.s.Round() != 2 {
-				t.Fatalf("pending %v, timers %d, round %d; want false, 0, 2", r.s.Pending(), r.s.Armed(), r.s.Round())
+			if r.s.Pending() || r.s.Timers() != 0 || r.s.Round() != 2 {
+				t.Fatalf("pending %v, timers %d, round %d; want false, 0, 2", r.s.Pending(), r.s.Timers(), r.s.Round())
 			}
 			r.clk.Add(time.Hour)
 			select {
