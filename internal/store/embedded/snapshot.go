@@ -1,0 +1,195 @@
+package embedded
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/storage"
+
+	"github.com/opal-go/opal-client/internal/backup"
+	"github.com/opal-go/opal-client/internal/store"
+)
+
+// Export returns the store's state for a backup, read under the write lock
+// in one read transaction so policy, data, hash and ownership agree: every
+// module bundles manage (all but the ignored ids and the health policy),
+// the whole data document without data.system.opal.policy_hash (the hash is
+// State.Hash), and the bundle data ownership. Numbers are exported in the
+// form OPA prints them, so a restored store decides byte for byte the same.
+func (s *Store) Export(ctx context.Context) (*backup.State, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutdown {
+		return nil, errors.New("embedded opa: shut down")
+	}
+	txn, err := s.opa.NewTransaction(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("embedded opa: %w", err)
+	}
+	defer s.opa.Abort(ctx, txn)
+	ids, err := s.opa.ListPolicies(ctx, txn)
+	if err != nil {
+		return nil, fmt.Errorf("embedded opa: %w", err)
+	}
+	st := &backup.State{Hash: s.hash, Policies: map[string]string{}, Owned: map[string]string(s.owned.Clone())}
+	for _, id := range ids {
+		if s.ignore.Match(id) {
+			continue
+		}
+		raw, err := s.opa.GetPolicy(ctx, txn, id)
+		if err != nil {
+			return nil, fmt.Errorf("embedded opa: %w", err)
+		}
+		st.Policies[id] = string(raw)
+	}
+	root, err := s.opa.Read(ctx, txn, storage.Path{})
+	if err != nil {
+		return nil, fmt.Errorf("embedded opa: %w", err)
+	}
+	// Copied while the transaction is open: OPA's in-memory store
+	// updates its documents in place on commit.
+	data, err := exportValue(root, HashPath)
+	if err != nil {
+		return nil, fmt.Errorf("embedded opa export: %w", err)
+	}
+	if st.Data, err = json.Marshal(data); err != nil {
+		return nil, fmt.Errorf("embedded opa export: %w", err)
+	}
+	return st, nil
+}
+
+// exportValue deep-copies a stored document into JSON-ready values, leaving
+// out skip (a path below v). Numbers become json.Number in the text OPA's
+// evaluator gives them (ast.InterfaceToValue): a float64 1e20 is "1e+20", not
+// encoding/json's "100000000000000000000", which would print differently
+// after a restore.
+func exportValue(v any, skip storage.Path) (any, error) {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			var sub storage.Path
+			if len(skip) > 0 && skip[0] == k {
+				if len(skip) == 1 {
+					continue
+				}
+				sub = skip[1:]
+			}
+			c, err := exportValue(e, sub)
+			if err != nil {
+				return nil, err
+			}
+			// Leave no empty system/opal behind the skipped hash: only
+			// data that was written as data is restored.
+			if sub != nil && isEmptyObject(c) && !isEmptyObject(e) {
+				continue
+			}
+			out[k] = c
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			c, err := exportValue(e, nil)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = c
+		}
+		return out, nil
+	case nil, bool, string, json.Number:
+		return x, nil
+	default:
+		// float64, ints, ast values, ...: as OPA evaluates them.
+		av, err := ast.InterfaceToValue(x)
+		if err != nil {
+			return nil, err
+		}
+		j, err := ast.JSON(av) // maps, slices, json.Number, strings, bools, nil
+		if err != nil {
+			return nil, fmt.Errorf("value %T: %w", x, err)
+		}
+		return exportValue(j, nil)
+	}
+}
+
+func isEmptyObject(v any) bool { m, ok := v.(map[string]any); return ok && len(m) == 0 }
+
+// Import replaces the store's state with st in one write transaction,
+// compiled first like any bundle: the managed modules become exactly
+// st.Policies (ignored ids and the health policy are neither written nor
+// removed), the data document becomes st.Data, and the hash and ownership
+// st's. Any error (a module that does not parse or compile, data that is not
+// a JSON object, a rule/data conflict) leaves the store exactly as it was
+// (U3). Afterwards PolicyHash returns st.Hash.
+func (s *Store) Import(ctx context.Context, st *backup.State) error {
+	if st == nil {
+		return errors.New("embedded opa import: nil state")
+	}
+	dec := json.NewDecoder(bytes.NewReader(st.Data))
+	dec.UseNumber() // keep numbers in the text they were exported in
+	var data map[string]any
+	if err := dec.Decode(&data); err != nil || data == nil {
+		return &store.DataError{Dir: ".", Err: fmt.Errorf("backup data is not a JSON object: %v", err)}
+	}
+	ids := make([]string, 0, len(st.Policies))
+	for id := range st.Policies {
+		if id == "" {
+			return errors.New("embedded opa import: empty policy id")
+		}
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutdown {
+		return errors.New("embedded opa: shut down")
+	}
+	err := s.txn(ctx, func(txn storage.Transaction, current map[string]*ast.Module) (map[string]*ast.Module, error) {
+		result := make(map[string]*ast.Module, len(current)+len(ids))
+		for id, m := range current {
+			if s.ignore.Match(id) {
+				result[id] = m
+				continue
+			}
+			if _, ok := st.Policies[id]; !ok {
+				if err := s.opa.DeletePolicy(ctx, txn, id); err != nil && !storage.IsNotFound(err) {
+					return nil, fmt.Errorf("delete policy %s: %w", id, err)
+				}
+			}
+		}
+		for _, id := range ids {
+			if s.ignore.Match(id) {
+				continue
+			}
+			m, err := s.parser.Parse(id, st.Policies[id])
+			if err != nil {
+				return nil, err
+			}
+			result[id] = m
+			if err := s.opa.UpsertPolicy(ctx, txn, id, []byte(st.Policies[id])); err != nil {
+				return nil, fmt.Errorf("upsert policy %s: %w", id, err)
+			}
+		}
+		if err := put(ctx, s.opa, txn, storage.Path{}, data); err != nil {
+			return nil, fmt.Errorf("write data: %w", err)
+		}
+		if err := put(ctx, s.opa, txn, HashPath, st.Hash); err != nil {
+			return nil, fmt.Errorf("write policy hash: %w", err)
+		}
+		return result, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.hash = st.Hash
+	s.owned = store.Ownership(st.Owned).Clone()
+	s.log.Debug("store state imported", "hash", st.Hash, "policies", len(ids))
+	return nil
+}
