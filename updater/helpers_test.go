@@ -58,13 +58,16 @@ type fakeFetcher struct {
 	def    outcome
 	reqs   []fetcher.Request
 	gate   chan struct{}
+	gen    func() outcome // if set, answers every Fetch
 }
 
 func (f *fakeFetcher) Fetch(ctx context.Context, r fetcher.Request) (*fetcher.Result, error) {
 	f.mu.Lock()
 	f.reqs = append(f.reqs, fetcher.Request{Paths: append([]string(nil), r.Paths...), BaseHash: r.BaseHash})
 	o := f.def
-	if len(f.script) > 0 {
+	if f.gen != nil {
+		o = f.gen()
+	} else if len(f.script) > 0 {
 		o, f.script = f.script[0], f.script[1:]
 	}
 	gate := f.gate
@@ -139,6 +142,9 @@ type rigOpt struct {
 	disabled  bool
 	noSched   bool
 	queueSize int
+	ceiling   time.Duration // 0 means one minute unless exact
+	rand      func() float64
+	exact     bool // take maxRounds and ceiling as given, zeros included
 }
 
 func newRig(t *testing.T, o rigOpt) *rig {
@@ -146,12 +152,19 @@ func newRig(t *testing.T, o rigOpt) *rig {
 	r := &rig{st: memstore.New(), f: &fakeFetcher{def: outcome{bundle: full("h1")}}, clk: clock.NewMock(),
 		log: &logRec{}, runEr: make(chan error, 1)}
 	logger := slog.New(r.log)
-	if o.maxRounds == 0 {
+	if o.maxRounds == 0 && !o.exact {
 		o.maxRounds = 20
 	}
 	if !o.noSched {
-		r.s = scheduler.New(scheduler.Options{Enabled: !o.disabled, MaxRetryAfter: time.Minute, MaxRounds: o.maxRounds,
-			Clock: r.clk, Jitter: func(d time.Duration) time.Duration { return d }, Logger: logger,
+		if o.ceiling == 0 && !o.exact {
+			o.ceiling = time.Minute
+		}
+		var jitter func(time.Duration) time.Duration
+		if o.rand == nil {
+			jitter = func(d time.Duration) time.Duration { return d }
+		}
+		r.s = scheduler.New(scheduler.Options{Enabled: !o.disabled, MaxRetryAfter: o.ceiling, MaxRounds: o.maxRounds,
+			Clock: r.clk, Jitter: jitter, Rand: o.rand, Logger: logger,
 			Fire: func() { r.u.Deferred() },
 			OnArm: func(round int, d time.Duration, flat bool) {
 				r.mu.Lock()
