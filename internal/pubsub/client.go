@@ -250,7 +250,12 @@ func (c *Client) session(ctx context.Context) (up time.Duration, err error) {
 	go s.read()
 	go s.watchdog()
 	go s.pinger()
-	defer s.shutdown()
+	defer func() {
+		if ctx.Err() != nil {
+			s.closeFrame() // even mid-handshake: leave the server a clean close
+		}
+		s.shutdown()
+	}()
 
 	// §2.4: _ping_ up to 5 times, 1 s each, then carry on regardless.
 	for range 5 {
@@ -286,7 +291,6 @@ func (c *Client) session(ctx context.Context) (up time.Duration, err error) {
 	}
 	select {
 	case <-ctx.Done():
-		s.closeFrame()
 		return c.o.Clock.Since(start), ctx.Err()
 	case <-s.done:
 		return c.o.Clock.Since(start), s.readErr
@@ -332,8 +336,8 @@ func (s *session) shutdown() {
 	s.wg.Wait()
 }
 
-// closeFrame says goodbye with a normal closure; a peer that does not take
-// it within a second is closed on anyway.
+// closeFrame does the close handshake: send a normal closure and wait for
+// the peer's reply (the reader then ends), at most a second.
 func (s *session) closeFrame() {
 	sent := make(chan struct{})
 	go func() {
@@ -343,11 +347,11 @@ func (s *session) closeFrame() {
 	t := s.c.o.Clock.Timer(time.Second)
 	defer t.Stop()
 	select {
-	case <-sent:
+	case <-s.done:
 	case <-t.C:
-		s.conn.Close()
-		<-sent
 	}
+	s.conn.Close()
+	<-sent
 }
 
 func (s *session) write(b []byte) error {
