@@ -105,6 +105,11 @@ func (w *Writer) run() {
 		case <-w.stop:
 			return
 		}
+		select {
+		case <-w.stop: // Close flushes what is pending
+			return
+		default:
+		}
 		if !last.IsZero() {
 			if wait := last.Add(w.interval).Sub(w.clock.Now()); wait > 0 {
 				t := w.clock.Timer(wait)
