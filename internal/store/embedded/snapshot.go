@@ -53,9 +53,16 @@ func (s *Store) Export(ctx context.Context) (*backup.State, error) {
 	}
 	// Copied while the transaction is open: OPA's in-memory store
 	// updates its documents in place on commit.
-	data, err := exportValue(root, HashPath)
+	data, err := exportValue(root)
 	if err != nil {
 		return nil, fmt.Errorf("embedded opa export: %w", err)
+	}
+	doc, ok := data.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("embedded opa export: data document is %T", data)
+	}
+	for _, p := range notExported {
+		removePath(doc, p)
 	}
 	if st.Data, err = json.Marshal(data); err != nil {
 		return nil, fmt.Errorf("embedded opa export: %w", err)
@@ -63,31 +70,24 @@ func (s *Store) Export(ctx context.Context) (*backup.State, error) {
 	return st, nil
 }
 
-// exportValue deep-copies a stored document into JSON-ready values, leaving
-// out skip (a path below v). Numbers become json.Number in the text OPA's
-// evaluator gives them (ast.InterfaceToValue): a float64 1e20 is "1e+20", not
-// encoding/json's "100000000000000000000", which would print differently
-// after a restore.
-func exportValue(v any, skip storage.Path) (any, error) {
+// notExported are data paths the store or OPA write themselves: the hash
+// (State.Hash) and OPA's version document. A backup leaves them out and
+// Import keeps the running store's, so a restore never duplicates the hash
+// nor brings back an older OPA's version.
+var notExported = []storage.Path{HashPath, {"system", "version"}}
+
+// exportValue deep-copies a stored document into JSON-ready values. Numbers
+// become json.Number in the text OPA's evaluator gives them
+// (ast.InterfaceToValue): a float64 1e20 is "1e+20", not encoding/json's
+// "100000000000000000000", which would print differently after a restore.
+func exportValue(v any) (any, error) {
 	switch x := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			var sub storage.Path
-			if len(skip) > 0 && skip[0] == k {
-				if len(skip) == 1 {
-					continue
-				}
-				sub = skip[1:]
-			}
-			c, err := exportValue(e, sub)
+			c, err := exportValue(e)
 			if err != nil {
 				return nil, err
-			}
-			// Leave no empty system/opal behind the skipped hash: only
-			// data that was written as data is restored.
-			if sub != nil && isEmptyObject(c) && !isEmptyObject(e) {
-				continue
 			}
 			out[k] = c
 		}
@@ -95,7 +95,7 @@ func exportValue(v any, skip storage.Path) (any, error) {
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {
-			c, err := exportValue(e, nil)
+			c, err := exportValue(e)
 			if err != nil {
 				return nil, err
 			}
@@ -114,7 +114,28 @@ func exportValue(v any, skip storage.Path) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("value %T: %w", x, err)
 		}
-		return exportValue(j, nil)
+		return exportValue(j)
+	}
+}
+
+// removePath deletes p from the copied document and the objects on the way
+// that only held it, so no empty system/opal is restored as data.
+func removePath(doc map[string]any, p storage.Path) {
+	if len(p) == 0 {
+		return
+	}
+	if len(p) == 1 {
+		delete(doc, p[0])
+		return
+	}
+	child, ok := doc[p[0]].(map[string]any)
+	if !ok {
+		return
+	}
+	_, had := child[p[1]]
+	removePath(child, p[1:])
+	if had && len(child) == 0 {
+		delete(doc, p[0])
 	}
 }
 
@@ -177,8 +198,20 @@ func (s *Store) Import(ctx context.Context, st *backup.State) error {
 				return nil, fmt.Errorf("upsert policy %s: %w", id, err)
 			}
 		}
+		// The store's own documents survive the replacement of the root.
+		var own []store.DataWrite
+		for _, p := range notExported[1:] {
+			if v, err := s.opa.Read(ctx, txn, p); err == nil {
+				own = append(own, store.DataWrite{Path: p, Value: v})
+			}
+		}
 		if err := put(ctx, s.opa, txn, storage.Path{}, data); err != nil {
 			return nil, fmt.Errorf("write data: %w", err)
+		}
+		for _, w := range own {
+			if err := put(ctx, s.opa, txn, w.Path, w.Value); err != nil {
+				return nil, fmt.Errorf("write data %v: %w", w.Path, err)
+			}
 		}
 		if err := put(ctx, s.opa, txn, HashPath, st.Hash); err != nil {
 			return nil, fmt.Errorf("write policy hash: %w", err)
