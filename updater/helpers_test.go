@@ -76,7 +76,8 @@ func (f *fakeFetcher) Fetch(ctx context.Context, r fetcher.Request) (*fetcher.Re
 		select {
 		case <-gate:
 		case <-ctx.Done():
-			return &fetcher.Result{}, ctx.Err()
+			// As a real attempt cut short may be: a retryable error.
+			return &fetcher.Result{}, &fetcher.RetryableError{Exhausted: true, Err: ctx.Err()}
 		}
 	}
 	return &fetcher.Result{Bundle: o.bundle, Attempts: 1}, o.err

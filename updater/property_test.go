@@ -37,11 +37,13 @@ func runSequence(t *testing.T, seed uint64) {
 	ceiling := ceilings[rng.IntN(len(ceilings))]
 	maxRounds := rng.IntN(6)
 	r := newRig(t, rigOpt{maxRounds: maxRounds, ceiling: ceiling, rand: rng.Float64, exact: true})
-	successes := 0
+	successes, lastOK := 0, false
 	r.f.gen = func() outcome {
+		lastOK = false
 		switch rng.IntN(4) {
 		case 0:
 			successes++
+			lastOK = true
 			return outcome{bundle: full(fmt.Sprintf("h%d", rng.IntN(3)))}
 		case 1:
 			return okNR
@@ -98,6 +100,9 @@ func runSequence(t *testing.T, seed uint64) {
 			fail("rounds went from %d to %d without a success or an update", prevRound, round)
 		}
 		prevRound = round
+		if successes > succBefore && lastOK && (round != 0 || r.s.Pending()) {
+			fail("the step's last fetch succeeded but round %d, pending %v", round, r.s.Pending())
+		}
 		if r.st.Overlaps() != 0 {
 			fail("overlapping store writes")
 		}

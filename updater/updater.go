@@ -192,7 +192,7 @@ func (u *Updater) enqueue(it *item) error {
 // exactly the outages the round budget is for.
 func (u *Updater) Connect() {
 	if u.sched != nil {
-		u.sched.Cancel()
+		u.sched.Cancel() // connect: keep the rounds (D6)
 	}
 	u.enqueue(&item{all: true, reasons: reasonConnect})
 }
@@ -214,7 +214,7 @@ func (u *Updater) PolicyUpdate(changedDirs []string) {
 		return
 	}
 	if u.sched != nil {
-		u.sched.Reset()
+		u.sched.Reset() // genuine update (D6)
 	}
 	u.enqueue(&item{dirs: dirs, reasons: reasonUpdate})
 }
@@ -224,7 +224,7 @@ func (u *Updater) PolicyUpdate(changedDirs []string) {
 // keeps its rounds, like Connect.
 func (u *Updater) ForceFull() {
 	if u.sched != nil {
-		u.sched.Cancel()
+		u.sched.Cancel() // operator trigger: keep the rounds
 	}
 	u.enqueue(&item{all: true, force: true, reasons: reasonForced})
 }
@@ -395,7 +395,7 @@ func (u *Updater) fetchBundle(ctx context.Context, paths []string, base string) 
 	}
 	if err == nil {
 		if u.sched != nil {
-			u.sched.Reset()
+			u.sched.Reset() // success (D5, D6)
 		}
 		return res.Bundle, nil
 	}

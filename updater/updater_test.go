@@ -285,7 +285,6 @@ func TestU2_Coalescing(t *testing.T) {
 			settle() // the connect fetch is now blocked
 			for i := 0; i < 10000; i++ {
 				r.u.PolicyUpdate([]string{"a"})
-				r.u.Deferred()
 			}
 			r.u.PolicyUpdate([]string{"b"})
 			if r.u.Len() != 1 {
@@ -296,7 +295,25 @@ func TestU2_Coalescing(t *testing.T) {
 			settle()
 			reqs := r.f.requests()
 			if len(reqs) != 2 || !slices.Equal(reqs[1].Paths, []string{"a", "b"}) {
-				t.Fatalf("requests %+v, want the connect then one merged fetch", reqs)
+				t.Fatalf("requests %+v, want the connect then one fetch of the union", reqs)
+			}
+		})
+	})
+	t.Run("deferred_widens_to_all_dirs", func(t *testing.T) {
+		bubble(t, func(t *testing.T) {
+			r := newRig(t, rigOpt{dirs: []string{"a", "b", "c"}})
+			r.f.gate = make(chan struct{})
+			r.start()
+			r.u.Connect()
+			settle()
+			r.u.PolicyUpdate([]string{"a"})
+			r.u.Deferred()
+			r.u.PolicyUpdate([]string{"b"})
+			close(r.f.gate)
+			settle()
+			reqs := r.f.requests()
+			if len(reqs) != 2 || !slices.Equal(reqs[1].Paths, []string{"a", "b", "c"}) {
+				t.Fatalf("requests %+v, want one fetch of every dir", reqs)
 			}
 		})
 	})
