@@ -60,7 +60,10 @@ func TestU3_AllOrNothing(t *testing.T) {
 		is   func(error) bool
 	}{
 		{"base_mismatch", nil, bundle("h2", ptr("other"), map[string]string{"n.rego": "N"}, nil),
-			func(err error) bool { var bm *updater.BaseMismatchError; return errors.As(err, &bm) && bm.Current == "h1" }},
+			func(err error) bool {
+				var bm *updater.BaseMismatchError
+				return errors.As(err, &bm) && bm.Current == "h1"
+			}},
 		{"bad_data_json", nil, bundle("h2", nil, map[string]string{"n.rego": "N"}, map[string]string{".": "{"}),
 			func(err error) bool { return err != nil }},
 		{"injected_write_failure", func(s *memstore.Store) { s.FailWrites(errors.New("boom")) },
