@@ -1,0 +1,162 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+type fake struct {
+	healthy  error
+	ready    bool
+	policy   int
+	data     int
+	dataErr  error
+	noPolicy bool
+	noData   bool
+}
+
+func (f *fake) handler() http.Handler {
+	o := Options{
+		Healthy: func(context.Context) error { return f.healthy },
+		Ready:   func() bool { return f.ready },
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "opal_client_ready 1\n") }),
+	}
+	if !f.noPolicy {
+		o.TriggerPolicy = func() { f.policy++ }
+	}
+	if !f.noData {
+		o.TriggerData = func() error { f.data++; return f.dataErr }
+	}
+	return Handler(o)
+}
+
+func do(h http.Handler, method, path string) (int, string) {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+	return rec.Code, strings.TrimSpace(rec.Body.String())
+}
+
+// TestP7_Health pins protocol §7's health routes: /healthcheck, /healthy and /
+// answer 200 {"status":"ok","online":true} when healthy and 503
+// {"status":"unavailable"} otherwise.
+func TestP7_Health(t *testing.T) {
+	for _, path := range []string{"/healthcheck", "/healthy", "/"} {
+		cases := []struct {
+			name string
+			err  error
+			code int
+			body string
+		}{
+			// guards mutation "if err == nil {" in health
+			{"healthy_is_200_online", nil, 200, `{"online":true,"status":"ok"}`},
+			{"unhealthy_is_503_unavailable", errors.New("last policy transaction failed"), 503, `{"status":"unavailable"}`},
+		}
+		for _, c := range cases {
+			t.Run(strings.Trim(path, "/")+"/"+c.name, func(t *testing.T) {
+				f := &fake{healthy: c.err}
+				code, body := do(f.handler(), "GET", path)
+				if code != c.code || body != c.body {
+					t.Fatalf("GET %s = %d %s, want %d %s", path, code, body, c.code, c.body)
+				}
+			})
+		}
+	}
+	t.Run("unknown_path_is_404", func(t *testing.T) {
+		if code, _ := do((&fake{}).handler(), "GET", "/nope"); code != 404 {
+			t.Fatalf("code %d", code)
+		}
+	})
+	t.Run("health_gets_a_deadline", func(t *testing.T) {
+		var had bool
+		h := Handler(Options{Healthy: func(ctx context.Context) error { _, had = ctx.Deadline(); return nil }})
+		do(h, "GET", "/healthcheck")
+		if !had {
+			t.Fatal("the store probe must be bounded")
+		}
+	})
+}
+
+// TestP7_Ready pins /ready: 200 {"status":"ok"} once a policy is loaded, else 503.
+func TestP7_Ready(t *testing.T) {
+	cases := []struct {
+		name  string
+		ready bool
+		code  int
+		body  string
+	}{
+		// guards mutation "if o.Ready == nil || o.Ready() {"
+		{"ready_is_200_ok", true, 200, `{"status":"ok"}`},
+		{"not_ready_is_503", false, 503, `{"status":"unavailable"}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := do((&fake{ready: c.ready}).handler(), "GET", "/ready")
+			if code != c.code || body != c.body {
+				t.Fatalf("GET /ready = %d %s", code, body)
+			}
+		})
+	}
+	t.Run("no_ready_func_is_503", func(t *testing.T) {
+		if code, _ := do(Handler(Options{}), "GET", "/ready"); code != 503 {
+			t.Fatalf("code %d", code)
+		}
+	})
+}
+
+// TestP7_Triggers pins the trigger routes: POST only, {"status":"ok"} after
+// enqueueing, 503 when the updater is not there or refuses.
+func TestP7_Triggers(t *testing.T) {
+	t.Run("policy_trigger_enqueues_once", func(t *testing.T) {
+		f := &fake{}
+		code, body := do(f.handler(), "POST", "/policy-updater/trigger")
+		if code != 200 || body != `{"status":"ok"}` || f.policy != 1 {
+			t.Fatalf("= %d %s, triggers %d", code, body, f.policy)
+		}
+	})
+	t.Run("policy_trigger_is_post_only", func(t *testing.T) {
+		f := &fake{}
+		if code, _ := do(f.handler(), "GET", "/policy-updater/trigger"); code != 405 || f.policy != 0 {
+			t.Fatalf("GET = %d, triggers %d", code, f.policy)
+		}
+	})
+	t.Run("policy_trigger_without_updater_is_503", func(t *testing.T) {
+		if code, _ := do((&fake{noPolicy: true}).handler(), "POST", "/policy-updater/trigger"); code != 503 {
+			t.Fatalf("code %d", code)
+		}
+	})
+	t.Run("data_trigger_ok", func(t *testing.T) {
+		f := &fake{}
+		code, body := do(f.handler(), "POST", "/data-updater/trigger")
+		if code != 200 || body != `{"status":"ok"}` || f.data != 1 {
+			t.Fatalf("= %d %s, triggers %d", code, body, f.data)
+		}
+	})
+	t.Run("data_trigger_disabled_is_503", func(t *testing.T) {
+		code, body := do((&fake{noData: true}).handler(), "POST", "/data-updater/trigger")
+		if code != 503 || body != `{"status":"unavailable"}` {
+			t.Fatalf("= %d %s", code, body)
+		}
+	})
+	// guards mutation "if err == nil {" in the data trigger
+	t.Run("data_trigger_refused_is_503", func(t *testing.T) {
+		code, _ := do((&fake{dataErr: errors.New("stopped")}).handler(), "POST", "/data-updater/trigger")
+		if code != 503 {
+			t.Fatalf("code %d", code)
+		}
+	})
+}
+
+func TestMetricsRoute(t *testing.T) {
+	code, body := do((&fake{}).handler(), "GET", "/metrics")
+	if code != 200 || !strings.Contains(body, "opal_client_ready 1") {
+		t.Fatalf("= %d %q", code, body)
+	}
+	if code, _ := do(Handler(Options{}), "GET", "/metrics"); code != 404 {
+		t.Fatalf("no metrics handler: %d", code)
+	}
+}

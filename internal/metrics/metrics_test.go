@@ -1,0 +1,101 @@
+package metrics
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// TestStaleness pins the staleness gauge: seconds since the last success
+// (or start) while an update is pending or failing, 0 while current.
+func TestStaleness(t *testing.T) {
+	t.Run("pending_from_start_until_first_success", func(t *testing.T) {
+		clk := clock.NewMock()
+		s := NewStaleness(clk)
+		clk.Add(30 * time.Second)
+		if got := s.Stale(); got != 30*time.Second {
+			t.Fatalf("stale %v, want 30s", got)
+		}
+		s.Success(clk.Now())
+		clk.Add(time.Hour)
+		// guards mutation "if s.behind {" in Stale
+		if got := s.Stale(); got != 0 {
+			t.Fatalf("current policy reads stale %v", got)
+		}
+	})
+	t.Run("failing_counts_from_last_success", func(t *testing.T) {
+		clk := clock.NewMock()
+		s := NewStaleness(clk)
+		s.Success(clk.Now())
+		clk.Add(10 * time.Minute)
+		s.FailedWith("503")
+		clk.Add(5 * time.Second)
+		st := s.State()
+		if st.Stale != 10*time.Minute+5*time.Second || st.LastError != "503" || st.LastSuccess.IsZero() {
+			t.Fatalf("state %+v", st)
+		}
+		s.Success(clk.Now())
+		if st := s.State(); st.Stale != 0 || st.LastError != "" {
+			t.Fatalf("after success %+v", st)
+		}
+	})
+	t.Run("nil_is_safe", func(t *testing.T) {
+		var s *Staleness
+		s.Failing()
+		if s.Stale() != 0 {
+			t.Fatal("nil stale")
+		}
+	})
+}
+
+func TestMetricsMove(t *testing.T) {
+	clk := clock.NewMock()
+	flat := false
+	m := New(Options{Clock: clk, Version: "v1", Flat: func() bool { return flat }, Ready: func() bool { return true }})
+	m.FetchAttempt("retryable", 503)
+	m.FetchAttempt("retryable", 503)
+	m.FetchRetry("retryable")
+	m.FetchDone(OutcomeExhausted)
+	m.DeferralArmed(false)
+	m.DeferralArmed(true)
+	flat = true
+	m.StoreApply(time.Millisecond, nil)
+	m.StoreApply(time.Millisecond, errors.New("compile"))
+	clk.Add(time.Minute)
+	m.Transaction("aaa", true, "", clk.Now())
+	m.Transaction("bbb", true, "", clk.Now())
+	m.PubSubState(true)
+	m.PubSubState(false)
+	m.PubSubState(true)
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"opal_client_policy_fetch_attempts_total", map[string]string{"class": "retryable", "status": "503"}, 2},
+		{"opal_client_policy_fetch_retries_total", nil, 1},
+		{"opal_client_policy_fetches_total", map[string]string{"outcome": "exhausted"}, 1},
+		{"opal_client_policy_deferral_rounds_total", map[string]string{"phase": "flat"}, 1},
+		{"opal_client_policy_deferral_flat_phase", nil, 1},
+		{"opal_client_store_applies_total", map[string]string{"result": "failure"}, 1},
+		{"opal_client_policy_info", map[string]string{"hash": "bbb"}, 1},
+		{"opal_client_policy_last_success_timestamp_seconds", nil, float64(clk.Now().Unix())},
+		{"opal_client_policy_staleness_seconds", nil, 0},
+		{"opal_client_pubsub_connected", nil, 1},
+		{"opal_client_pubsub_reconnects_total", nil, 1},
+		{"opal_client_ready", nil, 1},
+	}
+	for _, c := range checks {
+		if got, ok := Value(m.Registry(), c.name, c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	if _, ok := Value(m.Registry(), "opal_client_policy_info", map[string]string{"hash": "aaa"}); ok {
+		t.Error("the old hash must leave the info metric")
+	}
+	var nilM *Metrics
+	nilM.FetchAttempt("x", 1)
+	nilM.Transaction("x", true, "", time.Time{})
+}

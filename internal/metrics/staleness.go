@@ -1,0 +1,101 @@
+package metrics
+
+import (
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// Staleness tracks how long the loaded policy has been behind: from the
+// last successful policy update (or from start, before the first one) while
+// an update is pending or failing. It is pending from start until the first
+// success, and failing from any failed attempt, fetch or transaction until
+// the next success. Safe for concurrent use.
+type Staleness struct {
+	clk     clock.Clock
+	mu      sync.Mutex
+	since   time.Time // the last success, or the start
+	loaded  bool      // a success has happened
+	behind  bool      // pending or failing
+	lastErr string
+}
+
+// NewStaleness returns a tracker that is pending (no policy loaded yet) from
+// clk's now.
+func NewStaleness(clk clock.Clock) *Staleness {
+	if clk == nil {
+		clk = clock.New()
+	}
+	return &Staleness{clk: clk, since: clk.Now(), behind: true}
+}
+
+// Failing marks the policy as behind: an update was wanted and did not
+// succeed. The staleness keeps counting from the last success.
+func (s *Staleness) Failing() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.behind = true
+	s.mu.Unlock()
+}
+
+// FailedWith is Failing with the error to report in the stale warning.
+func (s *Staleness) FailedWith(err string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.behind = true
+	s.lastErr = err
+	s.mu.Unlock()
+}
+
+// Success marks the policy as current as of t.
+func (s *Staleness) Success(t time.Time) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.since, s.loaded, s.behind, s.lastErr = t, true, false, ""
+	s.mu.Unlock()
+}
+
+// Stale is how long the policy has been behind; 0 while it is current.
+func (s *Staleness) Stale() time.Duration {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.behind { // guard: mutation "if s.behind {" makes a current policy read as stale
+		return 0
+	}
+	if d := s.clk.Now().Sub(s.since); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// State is a snapshot for the stale warning.
+type State struct {
+	Stale       time.Duration // 0 while current
+	LastSuccess time.Time     // zero before the first success
+	LastError   string        // the last failure reported through FailedWith
+}
+
+// State returns the current staleness with its context.
+func (s *Staleness) State() State {
+	if s == nil {
+		return State{}
+	}
+	st := State{Stale: s.Stale()}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loaded {
+		st.LastSuccess = s.since
+	}
+	st.LastError = s.lastErr
+	return st
+}
