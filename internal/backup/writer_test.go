@@ -119,7 +119,8 @@ func TestWriterCoalesces(t *testing.T) {
 		})
 	})
 
-	// Catches: measuring the interval from the Notify instead of the last write.
+	// Catches: waiting a full interval after every Notify instead of
+	// measuring it from the last write.
 	t.Run("quiet_after_interval_writes_at_once", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			r := newRig(t)

@@ -38,7 +38,7 @@ func (s *Store) Export(ctx context.Context) (*backup.State, error) {
 	}
 	st := &backup.State{Hash: s.hash, Policies: map[string]string{}, Owned: map[string]string(s.owned.Clone())}
 	for _, id := range ids {
-		if s.ignore.Match(id) {
+		if s.ignore.Match(id) { // not the bundles': not backed up
 			continue
 		}
 		raw, err := s.opa.GetPolicy(ctx, txn, id)
