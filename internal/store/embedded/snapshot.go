@@ -139,8 +139,6 @@ func removePath(doc map[string]any, p storage.Path) {
 	}
 }
 
-func isEmptyObject(v any) bool { m, ok := v.(map[string]any); return ok && len(m) == 0 }
-
 // Import replaces the store's state with st in one write transaction,
 // compiled first like any bundle: the managed modules become exactly
 // st.Policies (ignored ids and the health policy are neither written nor
