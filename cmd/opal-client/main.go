@@ -28,7 +28,10 @@ type cmdEnv struct {
 
 // commands maps each subcommand to its function; exit codes are its own.
 var commands = map[string]func(context.Context, cmdEnv) int{
-	"fetch": runFetch,
+	"fetch":        runFetch,
+	"run":          runRun,
+	"print-config": runPrintConfig,
+	"version":      runVersion,
 }
 
 func main() {

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/opal-go/opal-client/config"
+	"github.com/opal-go/opal-client/internal/agent"
+)
+
+// runRun is `opal-client run`: the daemon. It exits 0 after SIGTERM/SIGINT
+// (ctx) once everything has shut down, 1 on bad configuration or a failed
+// start.
+func runRun(ctx context.Context, e cmdEnv) int {
+	if len(e.args) > 0 {
+		fmt.Fprintf(e.stderr, "run: unexpected argument %q (configure with OPAL_ variables)\n", e.args[0])
+		return exitUsage
+	}
+	cfg, err := config.LoadFrom(e.lookup)
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
+		return exitUsage
+	}
+	log := cfg.Logger(e.stderr)
+	a, err := agent.New(ctx, agent.Options{
+		Config:    cfg,
+		Clock:     e.clock,
+		Rand:      e.rand,
+		Logger:    log,
+		Transport: e.transport,
+		Version:   buildVersion(),
+		// NewDataUpdater: wired when internal/dataupdater lands (issue 7).
+	})
+	if err != nil {
+		log.Error("cannot start", "error", err)
+		return exitUsage
+	}
+	if err := a.Run(ctx); err != nil {
+		log.Error("stopped on error", "error", err)
+		return exitUsage
+	}
+	return exitOK
+}

@@ -1,0 +1,542 @@
+// Package agent wires the whole PDP sidecar (design §6): configuration ->
+// policy store (embedded OPA by default) -> serial update queue with its
+// fetcher and deferral scheduler -> pub/sub, plus the client HTTP API with
+// its metrics and the policy staleness warning. `opal-client run` is New then
+// Run; a Go program can embed the agent the same way.
+//
+// Shutdown (Run's context ends): the pub/sub socket is closed first so no new
+// event is taken, then the data updater is stopped, the update in progress
+// sees the cancellation and finishes or aborts its store transaction cleanly
+// (U3), the deferral timer is cancelled (D5), and the HTTP servers shut down.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/gorilla/websocket"
+
+	"github.com/opal-go/opal-client/config"
+	"github.com/opal-go/opal-client/fetcher"
+	"github.com/opal-go/opal-client/internal/api"
+	"github.com/opal-go/opal-client/internal/metrics"
+	"github.com/opal-go/opal-client/internal/pubsub"
+	"github.com/opal-go/opal-client/internal/status"
+	"github.com/opal-go/opal-client/internal/store/embedded"
+	"github.com/opal-go/opal-client/internal/store/oparest"
+	"github.com/opal-go/opal-client/scheduler"
+	"github.com/opal-go/opal-client/updater"
+)
+
+// Defaults for the zero values of Options.
+const (
+	DefaultStaleWarnInterval = time.Minute
+	DefaultShutdownTimeout   = 10 * time.Second
+)
+
+// DataUpdater is the seam for the data updater (issue 7). The agent calls
+// OnConnect on every pub/sub (re)connect and OnNotify for each notify on a
+// data topic; both must only enqueue. Trigger serves POST
+// /data-updater/trigger (reload the base data); Stop is called once at
+// shutdown, after the socket is closed and before the update queue stops.
+type DataUpdater interface {
+	OnConnect()
+	OnNotify(topic string, data json.RawMessage)
+	Trigger() error
+	Stop()
+}
+
+// DataDeps is what a data updater is built from.
+type DataDeps struct {
+	Config *config.Config
+	// Queue serialises the data writes with the policy updates (U1): use
+	// Queue.Data for every store write.
+	Queue *updater.Updater
+	// Store is the policy store (*embedded.Store or *oparest.Store).
+	Store updater.Store
+	// Record reports each data transaction (readiness and health).
+	Record     func(status.Transaction)
+	HTTPClient *http.Client
+	Clock      clock.Clock
+	Rand       func() float64
+	Logger     *slog.Logger
+}
+
+// Options configure an Agent. Only Config is required.
+type Options struct {
+	Config *config.Config
+	Clock  clock.Clock    // nil means the real clock
+	Rand   func() float64 // uniform [0,1); nil means math/rand/v2
+	Logger *slog.Logger   // nil discards
+	// Transport carries the requests to the OPAL server; nil means
+	// http.DefaultTransport.
+	Transport http.RoundTripper
+	// Dialer opens the pub/sub WebSocket; nil means gorilla's default.
+	Dialer *websocket.Dialer
+	// Version is reported in the startup log and opal_client_build_info.
+	Version string
+	// NewDataUpdater, if set and OPAL_DATA_UPDATER_ENABLED, builds the data
+	// updater; its topics are then subscribed on the same socket and its
+	// transactions count for readiness and health. Nil: no data updater,
+	// POST /data-updater/trigger answers 503.
+	NewDataUpdater func(DataDeps) (DataUpdater, error)
+	// StaleWarnInterval is the cadence of the "policy stale" warning; 0 means
+	// DefaultStaleWarnInterval.
+	StaleWarnInterval time.Duration
+	// ShutdownTimeout bounds the HTTP servers' shutdown; 0 means
+	// DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+}
+
+// store is what the agent needs of a policy store.
+type store interface {
+	updater.Store
+	status.HealthPolicyWriter
+}
+
+// Agent is a wired, not yet running sidecar. Create it with New, then call
+// Run exactly once: Run releases everything New acquired.
+type Agent struct {
+	o       Options
+	cfg     *config.Config
+	log     *slog.Logger
+	clk     clock.Clock
+	store   store
+	emb     *embedded.Store // nil with an external OPA
+	sched   *scheduler.Scheduler
+	queue   *updater.Updater
+	tracker *status.Tracker
+	metrics *metrics.Metrics
+	ps      *pubsub.Client // nil when there is nothing to subscribe to
+	data    DataUpdater
+	apiLn   net.Listener
+	apiSrv  *http.Server
+
+	policyTopics map[string]bool
+}
+
+// New builds the agent: it starts the store (the embedded OPA binds its
+// listener), binds the client API's listener and writes the health policy if
+// enabled. Nothing is fetched or subscribed before Run.
+func New(ctx context.Context, o Options) (a *Agent, err error) {
+	if o.Config == nil {
+		return nil, errors.New("agent: no configuration")
+	}
+	if o.Clock == nil {
+		o.Clock = clock.New()
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.StaleWarnInterval <= 0 {
+		o.StaleWarnInterval = DefaultStaleWarnInterval
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	cfg := o.Config
+	a = &Agent{o: o, cfg: cfg, log: o.Logger, clk: o.Clock, policyTopics: map[string]bool{}}
+	defer func() {
+		if err != nil {
+			a.release()
+		}
+	}()
+
+	if err := a.openStore(ctx); err != nil {
+		return nil, err
+	}
+
+	a.sched = scheduler.New(scheduler.Options{
+		Enabled:       cfg.PolicyUpdaterRescheduleOnRetryable,
+		MaxRetryAfter: cfg.PolicyUpdaterMaxRetryAfter,
+		MaxRounds:     cfg.PolicyUpdaterMaxDeferredRounds,
+		Clock:         o.Clock,
+		Rand:          o.Rand,
+		Logger:        a.log,
+		Fire:          func() { a.queue.Deferred() },
+		OnArm:         func(_ int, _ time.Duration, flat bool) { a.metrics.DeferralArmed(flat) },
+	})
+	a.tracker = status.New(status.Options{
+		Clock:              o.Clock,
+		DataUpdaterEnabled: cfg.DataUpdaterEnabled && o.NewDataUpdater != nil,
+		Store:              a.store,
+		HealthPolicy:       a.healthPolicyWriter(),
+		Logger:             a.log,
+	})
+	a.metrics = metrics.New(metrics.Options{
+		Clock: o.Clock, Version: o.Version, Flat: a.sched.Flat, Ready: a.tracker.Ready, ProcessCollectors: true,
+	})
+
+	httpClient := &http.Client{Transport: o.Transport}
+	f := fetcher.New(fetcher.Options{
+		ServerURL:      cfg.ServerURL,
+		Token:          cfg.ClientToken,
+		ScopeID:        cfg.ScopeID,
+		Retry:          cfg.PolicyUpdaterConnRetry,
+		MaxRetryAfter:  cfg.PolicyUpdaterMaxRetryAfter,
+		AttemptTimeout: cfg.PolicyFetchAttemptTimeout,
+		MaxBodyBytes:   cfg.PolicyBundleMaxBytes,
+		HTTPClient:     httpClient,
+		Clock:          o.Clock,
+		Rand:           o.Rand,
+		Logger:         a.log,
+		OnAttempt:      func(at fetcher.Attempt) { a.metrics.FetchAttempt(at.Class, at.Status) },
+		OnRetry:        func(r fetcher.Retry) { a.metrics.FetchRetry(r.Outcome.Class) },
+	})
+	a.queue = updater.New(updater.Options{
+		Store:         measuredStore{a.store, a.metrics, o.Clock},
+		Fetcher:       measuredFetcher{f, a.metrics},
+		Scheduler:     a.sched,
+		Dirs:          cfg.PolicySubscriptionDirs,
+		Clock:         o.Clock,
+		Logger:        a.log,
+		OnTransaction: a.onTransaction,
+	})
+
+	if cfg.DataUpdaterEnabled && o.NewDataUpdater != nil {
+		a.data, err = o.NewDataUpdater(DataDeps{
+			Config: cfg, Queue: a.queue, Store: a.store, Record: a.tracker.Record,
+			HTTPClient: httpClient, Clock: o.Clock, Rand: o.Rand, Logger: a.log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("agent: data updater: %w", err)
+		}
+	}
+	a.newPubSub()
+
+	if cfg.OPAHealthCheckPolicyEnabled {
+		// The Python client stops when this first write fails; so do we.
+		if err := a.tracker.WriteHealthPolicy(ctx); err != nil {
+			return nil, fmt.Errorf("agent: writing the health policy: %w", err)
+		}
+	}
+
+	addr := net.JoinHostPort(cfg.ClientAPIServerHost, strconv.Itoa(cfg.ClientAPIServerPort))
+	a.apiLn, err = net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("agent: client API: %w", err)
+	}
+	apiOpts := api.Options{
+		Healthy: a.tracker.Healthy,
+		Ready:   a.tracker.Ready,
+		Metrics: a.metrics.Handler(),
+		Clock:   o.Clock,
+		Logger:  a.log,
+	}
+	if cfg.PolicyUpdaterEnabled {
+		apiOpts.TriggerPolicy = func() {
+			a.metrics.UpdateRequested("trigger")
+			a.queue.ForceFull()
+		}
+	}
+	if a.data != nil {
+		apiOpts.TriggerData = a.data.Trigger
+	}
+	a.apiSrv = &http.Server{Handler: api.Handler(apiOpts), ReadHeaderTimeout: 10 * time.Second}
+	return a, nil
+}
+
+func (a *Agent) openStore(ctx context.Context) error {
+	cfg := a.cfg
+	if cfg.InlineOPAEnabled {
+		s, err := embedded.New(ctx, embedded.Options{
+			Addr:                cfg.InlineOPAConfig.Addr,
+			PolicyPathsToIgnore: cfg.PolicyStorePolicyPathsToIgnore,
+			Logger:              a.log,
+		})
+		if err != nil {
+			return fmt.Errorf("agent: embedded OPA: %w", err)
+		}
+		a.store, a.emb = s, s
+		return nil
+	}
+	token := ""
+	if cfg.PolicyStoreAuthType == "token" {
+		token = cfg.PolicyStoreAuthToken
+	}
+	retry := cfg.PolicyStoreConnRetry
+	s, err := oparest.New(oparest.Options{
+		URL:                 cfg.PolicyStoreURL,
+		AuthToken:           token,
+		Attempts:            retry.Attempts,
+		Wait:                func(n int) time.Duration { return retry.Wait(n, a.o.Rand) },
+		Clock:               a.o.Clock,
+		PolicyPathsToIgnore: cfg.PolicyStorePolicyPathsToIgnore,
+		Logger:              a.log,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: OPA at %s: %w", cfg.PolicyStoreURL, err)
+	}
+	a.store = s
+	return nil
+}
+
+func (a *Agent) healthPolicyWriter() status.HealthPolicyWriter {
+	if !a.cfg.OPAHealthCheckPolicyEnabled {
+		return nil
+	}
+	return a.store
+}
+
+func (a *Agent) newPubSub() {
+	var topics []string
+	if a.cfg.PolicyUpdaterEnabled {
+		for _, t := range a.cfg.PolicyTopics() {
+			a.policyTopics[t] = true
+			topics = append(topics, t)
+		}
+	}
+	if a.data != nil {
+		topics = append(topics, a.cfg.DataTopicNames()...)
+	}
+	if len(topics) == 0 {
+		return
+	}
+	a.ps = pubsub.New(pubsub.Options{
+		URL:             a.cfg.ServerPubSubURL,
+		Token:           a.cfg.ClientToken,
+		Topics:          topics,
+		OnConnect:       a.onConnect,
+		OnNotify:        a.onNotify,
+		OnState:         a.metrics.PubSubState,
+		KeepAlive:       a.cfg.KeepAliveInterval,
+		MaxMessageBytes: a.cfg.PubSubMaxMessageBytes,
+		Clock:           a.o.Clock,
+		Rand:            a.o.Rand,
+		Logger:          a.log,
+		Dialer:          a.o.Dialer,
+	})
+}
+
+// onConnect runs once per (re)connect: exactly one full-update trigger
+// (D5, D6) and the data updater's base-data reload.
+func (a *Agent) onConnect() {
+	if a.cfg.PolicyUpdaterEnabled {
+		a.metrics.UpdateRequested("connect")
+		a.queue.Connect()
+	}
+	if a.data != nil {
+		a.data.OnConnect()
+	}
+}
+
+// policyMessage is the notify payload of a policy topic (protocol §3.2);
+// every field is required.
+type policyMessage struct {
+	OldPolicyHash      *string   `json:"old_policy_hash"`
+	NewPolicyHash      *string   `json:"new_policy_hash"`
+	ChangedDirectories *[]string `json:"changed_directories"`
+}
+
+// onNotify routes a notify: policy topics to the update queue (§3.3),
+// anything else to the data updater. It only enqueues.
+func (a *Agent) onNotify(topic string, data json.RawMessage) {
+	if !a.policyTopics[topic] {
+		if a.data != nil {
+			a.data.OnNotify(topic, data)
+		}
+		return
+	}
+	var m policyMessage
+	if err := json.Unmarshal(data, &m); err != nil || m.OldPolicyHash == nil || m.NewPolicyHash == nil || m.ChangedDirectories == nil {
+		// guard: mutation "m.ChangedDirectories == nil" -> "false" queues a message without dirs
+		a.log.Warn("invalid policy update message ignored", "topic", topic, "bytes", len(data))
+		return
+	}
+	a.metrics.UpdateRequested("notification")
+	// The queue keeps only the changed dirs that are subscription dirs.
+	a.queue.PolicyUpdate(*m.ChangedDirectories)
+}
+
+func (a *Agent) onTransaction(tx updater.Transaction) {
+	a.tracker.Record(status.Transaction{
+		ID: tx.ID, Type: tx.Type, Actions: tx.Actions, Success: tx.Success,
+		Error: tx.Error, Created: tx.Created, Ended: tx.Ended,
+	})
+	a.metrics.Transaction(tx.ID, tx.Success, tx.Error, tx.Ended)
+}
+
+// APIAddr is the client API's bound address (host:port).
+func (a *Agent) APIAddr() string { return a.apiLn.Addr().String() }
+
+// OPAAddr is the embedded OPA's REST API address, "" with an external OPA.
+func (a *Agent) OPAAddr() string {
+	if a.emb == nil {
+		return ""
+	}
+	return a.emb.Addr()
+}
+
+// Metrics returns the agent's collectors.
+func (a *Agent) Metrics() *metrics.Metrics { return a.metrics }
+
+// Ready reports whether a policy has been loaded.
+func (a *Agent) Ready() bool { return a.tracker.Ready() }
+
+// Run serves until ctx ends or the client API fails, then shuts down in
+// order (see the package comment). It returns nil after a shutdown asked for
+// by ctx and the API server's error otherwise.
+func (a *Agent) Run(ctx context.Context) error {
+	a.log.Info("opal-client starting", "version", a.o.Version, "api", a.APIAddr(), "opa", a.OPAAddr(),
+		"server", a.cfg.ServerURL, "store", storeKind(a.emb != nil))
+
+	var wg sync.WaitGroup
+	apiErr := make(chan error, 1)
+	wg.Go(func() {
+		if err := a.apiSrv.Serve(a.apiLn); !errors.Is(err, http.ErrServerClosed) {
+			apiErr <- err
+		}
+	})
+	queueCtx, stopQueue := context.WithCancel(context.Background())
+	defer stopQueue()
+	wg.Go(func() { _ = a.queue.Run(queueCtx) })
+	psCtx, stopPS := context.WithCancel(context.Background())
+	defer stopPS()
+	psDone := make(chan struct{})
+	if a.ps != nil {
+		go func() { defer close(psDone); _ = a.ps.Run(psCtx) }()
+	} else {
+		close(psDone)
+	}
+	warnCtx, stopWarn := context.WithCancel(context.Background())
+	defer stopWarn()
+	wg.Go(func() { a.warnStale(warnCtx) })
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		a.log.Info("shutting down")
+	case runErr = <-apiErr:
+		a.log.Error("client API failed; shutting down", "error", runErr)
+	}
+	// Stop taking events: the socket closes before anything else stops.
+	stopPS()
+	<-psDone
+	if a.data != nil {
+		a.data.Stop()
+	}
+	// The update in progress sees the cancellation and finishes or aborts
+	// its store transaction; Stop waits for it and drops what is queued.
+	stopQueue()
+	a.queue.Stop()
+	a.sched.Stop()
+	stopWarn()
+	sctx, cancel := a.clk.WithTimeout(context.Background(), a.o.ShutdownTimeout)
+	defer cancel()
+	if err := a.apiSrv.Shutdown(sctx); err != nil {
+		_ = a.apiSrv.Close()
+	}
+	wg.Wait()
+	if a.emb != nil {
+		if err := a.emb.Shutdown(sctx); err != nil {
+			a.log.Warn("embedded OPA shutdown", "error", err)
+		}
+	}
+	a.log.Info("stopped")
+	return runErr
+}
+
+// release frees what New acquired when New fails half-way.
+func (a *Agent) release() {
+	if a.apiLn != nil {
+		_ = a.apiLn.Close()
+	}
+	if a.sched != nil {
+		a.sched.Stop()
+	}
+	if a.emb != nil {
+		sctx, cancel := a.clk.WithTimeout(context.Background(), a.o.ShutdownTimeout)
+		defer cancel()
+		_ = a.emb.Shutdown(sctx)
+	}
+}
+
+// warnStale logs the "policy stale" WARNING once per interval while the
+// policy has been behind for at least one interval (docs/operations.md).
+func (a *Agent) warnStale(ctx context.Context) {
+	t := a.clk.Ticker(a.o.StaleWarnInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			st := a.metrics.Staleness().State()
+			if st.Stale < a.o.StaleWarnInterval { // guard: mutation "if st.Stale < 0 {" warns about a current policy
+				continue
+			}
+			args := []any{"stale_for", st.Stale.Round(time.Second).String(), "stale_seconds", int64(st.Stale.Seconds())}
+			if st.LastSuccess.IsZero() {
+				args = append(args, "last_success", "never")
+			} else {
+				args = append(args, "last_success", st.LastSuccess.UTC().Format(time.RFC3339))
+			}
+			if st.LastError != "" {
+				args = append(args, "last_error", st.LastError)
+			}
+			args = append(args, "deferral_round", a.sched.Round(), "deferral_flat", a.sched.Flat())
+			a.log.Warn("policy stale", args...)
+		}
+	}
+}
+
+func storeKind(embeddedOPA bool) string {
+	if embeddedOPA {
+		return "embedded OPA"
+	}
+	return "OPA over REST"
+}
+
+// measuredStore times each bundle apply for the metrics.
+type measuredStore struct {
+	updater.Store
+	m   *metrics.Metrics
+	clk clock.Clock
+}
+
+func (s measuredStore) ApplyPolicy(ctx context.Context, b *fetcher.PolicyBundle) error {
+	start := s.clk.Now()
+	err := s.Store.ApplyPolicy(ctx, b)
+	s.m.StoreApply(s.clk.Since(start), err)
+	return err
+}
+
+// measuredFetcher counts whole fetches by outcome.
+type measuredFetcher struct {
+	f *fetcher.Fetcher
+	m *metrics.Metrics
+}
+
+func (f measuredFetcher) Fetch(ctx context.Context, r fetcher.Request) (*fetcher.Result, error) {
+	res, err := f.f.Fetch(ctx, r)
+	f.m.FetchDone(fetchOutcome(err))
+	return res, err
+}
+
+func fetchOutcome(err error) string {
+	var nre *fetcher.NonRetryableError
+	var re *fetcher.RetryableError
+	switch {
+	case err == nil:
+		return metrics.OutcomeSuccess
+	case errors.As(err, &nre):
+		return metrics.OutcomeNonRetryable
+	case errors.As(err, &re):
+		return metrics.OutcomeExhausted
+	default:
+		return metrics.OutcomeCancelled
+	}
+}
