@@ -505,7 +505,7 @@ func (s *session) watchdog() {
 		wait := time.Duration(s.last.Load()+int64(rt)) - time.Duration(s.c.o.Clock.Now().UnixNano())
 		if wait <= 0 {
 			s.c.log.Warn("pub/sub: peer silent, closing", "read_timeout", rt)
-			s.conn.Close()
+			s.conn.Close() // ends the reader, and so the session
 			return
 		}
 		t := s.c.o.Clock.Timer(wait)

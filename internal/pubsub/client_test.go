@@ -320,7 +320,7 @@ func TestReadTimeout_DeadPeer(t *testing.T) {
 		// Stop the pump: the peer goes silent, answering nothing.
 		_ = sc.ws.UnderlyingConn().SetReadDeadline(time.Now())
 		t0 := time.Now()
-		// Mutation: `if wait <= 0 {` -> `if false {`.
+		// Mutation: watchdog `s.conn.Close() // ends the reader, and so the session` -> `_ = 0`.
 		var next *srvConn
 		select {
 		case next = <-p.conns: // the reconnect
