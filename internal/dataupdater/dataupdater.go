@@ -412,7 +412,8 @@ func isInvalid(err error) bool {
 	var de *DecodeError
 	var pe *PatchError
 	var pp *ProtectedPathError
-	return errors.As(err, &de) || errors.As(err, &pe) || errors.As(err, &pp)
+	var rc *RuleConflictError
+	return errors.As(err, &de) || errors.As(err, &pe) || errors.As(err, &pp) || errors.As(err, &rc)
 }
 
 // rerun is a deferred re-fetch of one entry.

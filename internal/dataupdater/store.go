@@ -80,3 +80,25 @@ func PatchTopKeys(ops []PatchOp) (keys []string, whole bool) {
 }
 
 func joinPath(p []string) string { return strings.Join(p, "/") }
+
+// RuleConflictError is a write that would put data where a loaded policy
+// defines rules (OPA refuses such data too): the entry is refused.
+type RuleConflictError struct {
+	Detail string
+}
+
+func (e *RuleConflictError) Error() string {
+	return "data conflicts with policy rules: " + e.Detail
+}
+
+// Protected reports the first protected path (each "/"-joined) that the
+// data path p is at, below or above; "" if none. The root is above every
+// path, so callers handle root writes key by key.
+func Protected(protected []string, p []string) string {
+	for _, k := range protected {
+		if overlaps(SplitPath(k), p) {
+			return k
+		}
+	}
+	return ""
+}
