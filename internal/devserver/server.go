@@ -9,11 +9,11 @@ package devserver
 
 import (
 	"bufio"
-	"net"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -485,4 +485,3 @@ func (s *Server) Publish(topics []string, data any) int {
 	}
 	return n
 }
-
