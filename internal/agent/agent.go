@@ -96,6 +96,10 @@ type Options struct {
 	// ShutdownTimeout bounds the HTTP servers' shutdown; 0 means
 	// DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// OnTransaction, if set, sees every policy transaction after readiness,
+	// health and metrics have recorded it (tests, embedding programs). It runs
+	// on the update queue's goroutine: keep it short.
+	OnTransaction func(status.Transaction)
 }
 
 // store is what the agent needs of a policy store.
@@ -362,11 +366,15 @@ func (a *Agent) onNotify(topic string, data json.RawMessage) {
 }
 
 func (a *Agent) onTransaction(tx updater.Transaction) {
-	a.tracker.Record(status.Transaction{
+	st := status.Transaction{
 		ID: tx.ID, Type: tx.Type, Actions: tx.Actions, Success: tx.Success,
 		Error: tx.Error, Created: tx.Created, Ended: tx.Ended,
-	})
+	}
+	a.tracker.Record(st)
 	a.metrics.Transaction(tx.ID, tx.Success, tx.Error, tx.Ended)
+	if a.o.OnTransaction != nil {
+		a.o.OnTransaction(st)
+	}
 }
 
 // APIAddr is the client API's bound address (host:port).
@@ -413,7 +421,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	warnCtx, stopWarn := context.WithCancel(context.Background())
 	defer stopWarn()
-	wg.Go(func() { a.warnStale(warnCtx) })
+	staleTicker := a.clk.Ticker(a.o.StaleWarnInterval)
+	defer staleTicker.Stop()
+	wg.Go(func() { a.warnStale(warnCtx, staleTicker.C) })
 
 	var runErr error
 	select {
@@ -464,33 +474,38 @@ func (a *Agent) release() {
 	}
 }
 
-// warnStale logs the "policy stale" WARNING once per interval while the
-// policy has been behind for at least one interval (docs/operations.md).
-func (a *Agent) warnStale(ctx context.Context) {
-	t := a.clk.Ticker(a.o.StaleWarnInterval)
-	defer t.Stop()
+// warnStale logs the "policy stale" WARNING at most once per tick
+// (StaleWarnInterval) while the policy has been behind for at least one
+// interval (docs/operations.md).
+func (a *Agent) warnStale(ctx context.Context, tick <-chan time.Time) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			st := a.metrics.Staleness().State()
-			if st.Stale < a.o.StaleWarnInterval { // guard: mutation "if st.Stale < 0 {" warns about a current policy
-				continue
-			}
-			args := []any{"stale_for", st.Stale.Round(time.Second).String(), "stale_seconds", int64(st.Stale.Seconds())}
-			if st.LastSuccess.IsZero() {
-				args = append(args, "last_success", "never")
-			} else {
-				args = append(args, "last_success", st.LastSuccess.UTC().Format(time.RFC3339))
-			}
-			if st.LastError != "" {
-				args = append(args, "last_error", st.LastError)
-			}
-			args = append(args, "deferral_round", a.sched.Round(), "deferral_flat", a.sched.Flat())
-			a.log.Warn("policy stale", args...)
+		case <-tick:
+			a.checkStale()
 		}
 	}
+}
+
+// checkStale logs the stale warning if it is due and reports whether it did.
+func (a *Agent) checkStale() bool {
+	st := a.metrics.Staleness().State()
+	if st.Stale < a.o.StaleWarnInterval { // guard: mutation "if st.Stale < 0 {" warns about a current or briefly late policy
+		return false
+	}
+	args := []any{"stale_for", st.Stale.Round(time.Second).String(), "stale_seconds", int64(st.Stale.Seconds())}
+	if st.LastSuccess.IsZero() {
+		args = append(args, "last_success", "never")
+	} else {
+		args = append(args, "last_success", st.LastSuccess.UTC().Format(time.RFC3339))
+	}
+	if st.LastError != "" {
+		args = append(args, "last_error", st.LastError)
+	}
+	args = append(args, "deferral_round", a.sched.Round(), "deferral_flat", a.sched.Flat())
+	a.log.Warn("policy stale", args...)
+	return true
 }
 
 func storeKind(embeddedOPA bool) string {
