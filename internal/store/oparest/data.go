@@ -108,4 +108,3 @@ func joinPath(p []string) string {
 	}
 	return out
 }
-
