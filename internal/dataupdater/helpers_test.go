@@ -270,12 +270,6 @@ func (r *rig) transactions() []updater.Transaction {
 	return append([]updater.Transaction(nil), r.txs...)
 }
 
-func (r *rig) nArms() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.arms)
-}
-
 func (r *rig) notify(msg string) {
 	r.du.OnNotify("policy_data", json.RawMessage(msg))
 }
