@@ -262,8 +262,7 @@ func TestProtocol_2_5_NotifyEnqueuedBeforeAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPeer(t)
 		seen := make(chan int, 1)
-		var h *harness
-		h = start(t, p, func(o *Options) {
+		h := start(t, p, func(o *Options) {
 			o.OnNotify = func(string, json.RawMessage) { seen <- 1 }
 		})
 		sc := p.connect(t)
