@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
-
 	"github.com/opal-go/opal-client/config"
 	"github.com/opal-go/opal-client/internal/metrics"
 	"github.com/opal-go/opal-client/internal/status"
@@ -47,7 +45,7 @@ func (b *syncBuf) String() string {
 
 type harness struct {
 	t    *testing.T
-	srv  *fakeServer
+	srv  *testServer
 	a    *Agent
 	txs  chan status.Transaction
 	logs *syncBuf
@@ -68,7 +66,7 @@ func exampleFiles(t *testing.T) map[string]string {
 }
 
 // start runs an agent against srv; env overrides the test defaults.
-func start(t *testing.T, srv *fakeServer, env map[string]string) *harness {
+func start(t *testing.T, srv *testServer, env map[string]string) *harness {
 	t.Helper()
 	vars := map[string]string{
 		"OPAL_SERVER_URL":                     srv.srv.URL,
@@ -203,11 +201,11 @@ func (h *harness) metric(name string, labels map[string]string) float64 {
 }
 
 func TestE2E_StartReadyDecision(t *testing.T) {
-	srv := newFakeServer(t, exampleFiles(t))
+	srv := newTestServer(t, exampleFiles(t))
 	h := start(t, srv, nil)
 	tx := h.successTx()
-	if tx.ID != srv.head {
-		t.Fatalf("transaction %s, want the head %s", tx.ID, srv.head)
+	if tx.ID != srv.head() {
+		t.Fatalf("transaction %s, want the head %s", tx.ID, srv.head())
 	}
 	if code, body := h.get("/ready"); code != 200 || body != `{"status":"ok"}` {
 		t.Fatalf("/ready = %d %s", code, body)
@@ -228,7 +226,7 @@ func TestE2E_StartReadyDecision(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if h.metric("opal_client_policy_info", map[string]string{"hash": srv.head}) != 1 {
+	if h.metric("opal_client_policy_info", map[string]string{"hash": srv.head()}) != 1 {
 		t.Error("policy_info does not carry the head hash")
 	}
 	if h.metric("opal_client_policy_last_success_timestamp_seconds", nil) == 0 {
@@ -247,7 +245,7 @@ func TestE2E_StartReadyDecision(t *testing.T) {
 }
 
 func TestE2E_NotificationDelta(t *testing.T) {
-	srv := newFakeServer(t, exampleFiles(t))
+	srv := newTestServer(t, exampleFiles(t))
 	h := start(t, srv, nil)
 	first := h.successTx()
 	if h.decide("carol", "write") {
@@ -257,13 +255,13 @@ func TestE2E_NotificationDelta(t *testing.T) {
 	if data == srv.files["rbac/data.json"] {
 		t.Fatal("example data changed; fix the test")
 	}
-	srv.update(true, map[string]string{"rbac/data.json": data})
+	srv.update(map[string]string{"rbac/data.json": data})
 	tx := h.successTx()
-	if tx.ID != srv.head || tx.ID == first.ID {
-		t.Fatalf("transaction %s, want the new head %s", tx.ID, srv.head)
+	if tx.ID != srv.head() || tx.ID == first.ID {
+		t.Fatalf("transaction %s, want the new head %s", tx.ID, srv.head())
 	}
 	reqs := srv.policyRequests()
-	if got := reqs[len(reqs)-1].URL.Query().Get("base_hash"); got != first.ID {
+	if got := reqs[len(reqs)-1].Get("base_hash"); got != first.ID {
 		t.Fatalf("the update asked base_hash=%q, want a delta from %s", got, first.ID)
 	}
 	if !h.decide("carol", "write") {
@@ -275,11 +273,11 @@ func TestE2E_NotificationDelta(t *testing.T) {
 }
 
 func TestE2E_BadBundleKeepsOldPolicy(t *testing.T) {
-	srv := newFakeServer(t, exampleFiles(t))
+	srv := newTestServer(t, exampleFiles(t))
 	h := start(t, srv, nil)
 	h.successTx()
 	good := srv.files["rbac/rbac.rego"]
-	srv.update(true, map[string]string{"rbac/rbac.rego": good + "\nallow if {\n"}) // does not parse
+	srv.update(map[string]string{"rbac/rbac.rego": good + "\nallow if {\n"}) // does not parse
 	if tx := h.tx(); tx.Success {
 		t.Fatal("a bundle that does not compile was applied")
 	}
@@ -295,7 +293,7 @@ func TestE2E_BadBundleKeepsOldPolicy(t *testing.T) {
 	if h.metric("opal_client_store_applies_total", map[string]string{"result": "failure"}) != 1 {
 		t.Error("the failed apply is not counted")
 	}
-	srv.update(true, map[string]string{"rbac/rbac.rego": good + "\n# fixed\n"})
+	srv.update(map[string]string{"rbac/rbac.rego": good + "\n# fixed\n"})
 	h.successTx()
 	if code, _ := h.get("/healthcheck"); code != 200 {
 		t.Fatalf("/healthcheck after the fix = %d", code)
@@ -309,8 +307,8 @@ func TestE2E_BadBundleKeepsOldPolicy(t *testing.T) {
 // deferred re-fetch (D4) brings the policy in with no notification and no
 // reconnect.
 func TestE2E_RetryAfterRecoversThroughDeferral(t *testing.T) {
-	srv := newFakeServer(t, exampleFiles(t))
-	srv.setScript(scripted{503, "1"}, scripted{503, "1"}, scripted{503, "1"})
+	srv := newTestServer(t, exampleFiles(t))
+	srv.setScript(retryAfter(503, "1"), retryAfter(503, "1"), retryAfter(503, "1"))
 	h := start(t, srv, nil)
 	if tx := h.tx(); tx.Success {
 		t.Fatal("the first update should have failed")
@@ -325,7 +323,7 @@ func TestE2E_RetryAfterRecoversThroughDeferral(t *testing.T) {
 	if !h.decide("alice", "read") {
 		t.Fatal("no decision after recovery")
 	}
-	subs, _ := srv.counts()
+	subs := srv.accepted()
 	checks := []struct {
 		name   string
 		labels map[string]string
@@ -352,8 +350,8 @@ func TestE2E_RetryAfterRecoversThroughDeferral(t *testing.T) {
 
 // 409: one request, nothing armed, no re-fetch until the next event (F1, D8).
 func TestE2E_409OneRequestUntilNextEvent(t *testing.T) {
-	srv := newFakeServer(t, exampleFiles(t))
-	srv.setScript(scripted{status: 409})
+	srv := newTestServer(t, exampleFiles(t))
+	srv.setScript(retryAfter(409, ""))
 	h := start(t, srv, nil)
 	if tx := h.tx(); tx.Success {
 		t.Fatal("409 applied")
@@ -364,7 +362,7 @@ func TestE2E_409OneRequestUntilNextEvent(t *testing.T) {
 	if h.metric("opal_client_policy_fetches_total", map[string]string{"outcome": "non_retryable"}) != 1 {
 		t.Error("the non-retryable fetch is not counted")
 	}
-	srv.update(true, map[string]string{"rbac/extra.rego": "package app.extra\n\nx := 1\n"})
+	srv.update(map[string]string{"rbac/extra.rego": "package app.extra\n\nx := 1\n"})
 	h.successTx()
 	if n := len(srv.policyRequests()); n != 2 {
 		t.Fatalf("%d requests, want 2", n)
@@ -374,19 +372,19 @@ func TestE2E_409OneRequestUntilNextEvent(t *testing.T) {
 // The server drops the socket; the agent reconnects and resyncs what changed
 // while it was away, with exactly one fetch per connect.
 func TestE2E_DroppedSocketReconnectsAndResyncs(t *testing.T) {
-	srv := newFakeServer(t, exampleFiles(t))
+	srv := newTestServer(t, exampleFiles(t))
 	h := start(t, srv, nil)
 	h.successTx()
 	data := strings.Replace(srv.files["rbac/data.json"], `"carol": {"roles": ["viewer"]}`, `"carol": {"roles": ["editor"]}`, 1)
-	srv.update(false, map[string]string{"rbac/data.json": data}) // missed: no notification
-	srv.dropAll()
-	if tx := h.successTx(); tx.ID != srv.head {
-		t.Fatalf("resynced to %s, want %s", tx.ID, srv.head)
+	srv.updateUnseen(map[string]string{"rbac/data.json": data}) // missed: no notification
+	srv.dev.RefuseHandshakes(0)
+	if tx := h.successTx(); tx.ID != srv.head() {
+		t.Fatalf("resynced to %s, want %s", tx.ID, srv.head())
 	}
 	if !h.decide("carol", "write") {
 		t.Fatal("the change made while disconnected is not in effect")
 	}
-	subs, _ := srv.counts()
+	subs := srv.accepted()
 	if subs != 2 || len(srv.policyRequests()) != 2 {
 		t.Fatalf("subscribes %d, policy requests %d; want 2 and 2 (one fetch per connect)", subs, len(srv.policyRequests()))
 	}
@@ -395,42 +393,45 @@ func TestE2E_DroppedSocketReconnectsAndResyncs(t *testing.T) {
 	}
 }
 
-// A server that drops every socket right after subscribe: each connect still
-// gives one fetch, the policy loads, and reconnects back off.
+// A server that keeps dropping every socket: each reconnect gives exactly one
+// fetch (one Connect per connect) and the policy stays loaded.
 func TestE2E_EverySocketDropped(t *testing.T) {
-	srv := newFakeServer(t, exampleFiles(t))
-	srv.dropAfter = true
+	srv := newTestServer(t, exampleFiles(t))
 	h := start(t, srv, nil)
+	for i := 1; i <= 3; i++ {
+		h.successTx()
+		if got := len(srv.policyRequests()); got != i {
+			t.Fatalf("connect %d: %d policy requests", i, got)
+		}
+		srv.dev.DropAllSockets()
+	}
 	h.successTx()
-	h.waitEvents("subscribe", 3)
 	if !h.decide("alice", "read") {
 		t.Fatal("no decision")
 	}
-	if h.metric("opal_client_pubsub_reconnects_total", nil) < 1 {
-		t.Error("reconnects not counted")
+	if got := h.metric("opal_client_pubsub_reconnects_total", nil); got != 3 {
+		t.Errorf("reconnects %v, want 3", got)
+	}
+	if got, acc := len(srv.policyRequests()), srv.accepted(); got != acc {
+		t.Errorf("%d fetches for %d connects", got, acc)
 	}
 }
 
 // A bad token: the handshake is refused (403) and retried with backoff, never
 // in a hot loop; the agent stays unready.
 func TestE2E_BadTokenBacksOff(t *testing.T) {
-	srv := newFakeServer(t, exampleFiles(t))
-	var mu sync.Mutex
-	var at []time.Time
-	clk := clock.New()
-	inner := srv.srv.Config.Handler
-	srv.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/ws" {
-			mu.Lock()
-			at = append(at, clk.Now())
-			mu.Unlock()
-		}
-		inner.ServeHTTP(w, r)
-	})
+	srv := newTestServer(t, exampleFiles(t))
 	h := start(t, srv, map[string]string{"OPAL_CLIENT_TOKEN": "wrong"})
 	h.waitEvents("handshake", 4)
-	mu.Lock()
-	defer mu.Unlock()
+	var at []time.Time
+	for _, r := range srv.dev.Requests() {
+		if r.Path == "/ws" {
+			if r.Status != http.StatusForbidden {
+				t.Fatalf("handshake answered %d, want 403", r.Status)
+			}
+			at = append(at, r.Time)
+		}
+	}
 	for i := 1; i < len(at); i++ {
 		if gap := at[i].Sub(at[i-1]); gap < 90*time.Millisecond {
 			t.Fatalf("handshake %d came %v after the previous one: a hot loop", i+1, gap)
@@ -446,8 +447,8 @@ func TestE2E_BadTokenBacksOff(t *testing.T) {
 
 // Shutdown during a long Retry-After wait returns promptly and cleanly.
 func TestE2E_ShutdownDuringLongRetryAfter(t *testing.T) {
-	srv := newFakeServer(t, exampleFiles(t))
-	srv.setScript(scripted{503, "3600"}, scripted{503, "3600"})
+	srv := newTestServer(t, exampleFiles(t))
+	srv.setScript(retryAfter(503, "3600"), retryAfter(503, "3600"))
 	h := start(t, srv, map[string]string{"OPAL_POLICY_UPDATER_MAX_RETRY_AFTER": "3600"})
 	h.waitEvents("policy", 1)
 	if err := h.shutdown(); err != nil {
