@@ -181,15 +181,10 @@ func (u *Updater) OnConnect() {
 		u.mu.Unlock()
 		return
 	}
-	if u.connCancel != nil {
-		u.connCancel()
-	}
-	ctx, cancel := context.WithCancel(u.ctx)
-	u.connCancel = cancel
 	for _, d := range u.deferred {
 		d.s.Cancel()
 	}
-	u.goLocked(func() { u.loadBase(ctx) })
+	u.restartLoadLocked()
 	u.mu.Unlock()
 }
 
@@ -317,6 +312,12 @@ func (u *Updater) OnConnectDeferred() {
 	if u.stopped {
 		return
 	}
+	u.restartLoadLocked()
+}
+
+// restartLoadLocked cancels the running base load and its periodic timers,
+// and starts a new load; u.mu is held and not stopped.
+func (u *Updater) restartLoadLocked() {
 	if u.connCancel != nil {
 		u.connCancel()
 	}

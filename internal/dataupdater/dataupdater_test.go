@@ -187,9 +187,17 @@ func TestD1_OneTimerPerEntry(t *testing.T) {
 		r.src.set("/roles", reply{status: 200, body: `1`})
 		r.advance(10 * time.Second)
 		r.wantDoc(`{"roles":1}`)
-		// Guards the reset on success (mutation: succeeded does nothing).
 		if e, n := r.du.Deferred(); e != 1 || n != 1 {
 			t.Fatalf("after success: deferred entries %d timers %d, want 1 1", e, n)
+		}
+		// D6: the success reset the entry's rounds: its next outage starts
+		// again at round 1 (5 s), not round 3 (20 s). Guards the reset on
+		// success (mutation: succeeded does nothing).
+		r.src.set("/roles", reply{status: 503})
+		r.notify(update(entry("http://src/roles", "/roles")))
+		r.advance(100 * time.Millisecond)
+		if d := r.lastArm(); d != 5*time.Second {
+			t.Fatalf("first deferral after a success: %s, want 5s", d)
 		}
 	})
 }

@@ -270,6 +270,15 @@ func (r *rig) transactions() []updater.Transaction {
 	return append([]updater.Transaction(nil), r.txs...)
 }
 
+func (r *rig) lastArm() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.arms) == 0 {
+		return 0
+	}
+	return r.arms[len(r.arms)-1]
+}
+
 func (r *rig) notify(msg string) {
 	r.du.OnNotify("policy_data", json.RawMessage(msg))
 }

@@ -55,8 +55,8 @@ func (s *Store) WriteData(ctx context.Context, w dataupdater.Write) error {
 	}
 	keys := make([]string, 0, len(obj))
 	for k := range obj {
-		if p := dataupdater.Protected(protected, []string{k}); p != "" {
-			return &dataupdater.ProtectedPathError{Path: p}
+		if owner := dataupdater.Protected(protected, []string{k}); owner != "" {
+			return &dataupdater.ProtectedPathError{Path: owner}
 		}
 		keys = append(keys, k)
 	}
