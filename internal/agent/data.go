@@ -1,0 +1,47 @@
+package agent
+
+import (
+	"fmt"
+
+	"github.com/opal-go/opal-client/internal/dataupdater"
+	"github.com/opal-go/opal-client/internal/status"
+	"github.com/opal-go/opal-client/updater"
+)
+
+// NewDataUpdater builds the data updater (issue 7) from the agent's
+// dependencies: set it as Options.NewDataUpdater. Data writes go through
+// d.Queue; deferral, Retry-After cap and rounds follow the policy updater's
+// settings (OPAL_POLICY_UPDATER_*), the retry and timeouts the data ones.
+func NewDataUpdater(d DataDeps) (DataUpdater, error) {
+	ds, ok := d.Store.(dataupdater.Store)
+	if !ok {
+		return nil, fmt.Errorf("store %T cannot write data", d.Store)
+	}
+	cfg := d.Config
+	return dataupdater.New(dataupdater.Options{
+		Store:             ds,
+		Queue:             d.Queue,
+		Topics:            cfg.DataTopicNames(),
+		SourcesURL:        cfg.DefaultDataSourcesConfigURL,
+		Token:             cfg.ClientToken,
+		Retry:             cfg.DataUpdaterConnRetry,
+		MaxRetryAfter:     cfg.PolicyUpdaterMaxRetryAfter,
+		AttemptTimeout:    cfg.HTTPFetcherTimeout,
+		FetchTimeout:      cfg.FetchingCallbackTimeout,
+		Reschedule:        cfg.PolicyUpdaterRescheduleOnRetryable,
+		MaxDeferredRounds: cfg.PolicyUpdaterMaxDeferredRounds,
+		SplitRootData:     cfg.SplitRootData,
+		Report:            cfg.ShouldReportOnDataUpdates,
+		Callbacks:         cfg.DefaultUpdateCallbacks,
+		HTTPClient:        d.HTTPClient,
+		Clock:             d.Clock,
+		Rand:              d.Rand,
+		Logger:            d.Logger,
+		OnTransaction: func(tx updater.Transaction) {
+			if d.Record != nil {
+				d.Record(status.Transaction{ID: tx.ID, Type: tx.Type, Actions: tx.Actions, Success: tx.Success,
+					Error: tx.Error, Created: tx.Created, Ended: tx.Ended})
+			}
+		},
+	}), nil
+}
