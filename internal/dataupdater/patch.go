@@ -338,17 +338,12 @@ func deepCopy(v any) any {
 	return v
 }
 
-// equalJSON compares decoded JSON; numbers by value (1 equals 1.0).
+// equalJSON compares decoded JSON; numbers by value (1 equals 1.0), whether
+// decoded as json.Number or float64 (bundle data is float64).
 func equalJSON(a, b any) bool {
-	an, aok := a.(json.Number)
-	bn, bok := b.(json.Number)
-	if aok && bok {
-		if an == bn {
-			return true
-		}
-		af, err1 := an.Float64()
-		bf, err2 := bn.Float64()
-		return err1 == nil && err2 == nil && af == bf
+	if an, ok := number(a); ok {
+		bn, ok := number(b)
+		return ok && an == bn
 	}
 	switch x := a.(type) {
 	case map[string]any:
@@ -376,6 +371,19 @@ func equalJSON(a, b any) bool {
 		return true
 	}
 	return reflect.DeepEqual(a, b)
+}
+
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		f, err := x.Float64()
+		return f, err == nil
+	case float64:
+		return x, true
+	case int:
+		return float64(x), true
+	}
+	return 0, false
 }
 
 // EqualJSON reports whether two decoded JSON values are equal (numbers by
