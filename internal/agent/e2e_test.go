@@ -24,7 +24,7 @@ import (
 // ones configured (100 ms backoff, 1 s Retry-After, the 5 s deferral floor
 // jittered to 2.5 s).
 
-const deadline = 20 * time.Second
+const deadline = 10 * time.Second
 
 type syncBuf struct {
 	mu sync.Mutex
@@ -66,7 +66,7 @@ func exampleFiles(t *testing.T) map[string]string {
 }
 
 // start runs an agent against srv; env overrides the test defaults.
-func start(t *testing.T, srv *testServer, env map[string]string) *harness {
+func start(t *testing.T, srv *testServer, env map[string]string, opts ...func(*Options)) *harness {
 	t.Helper()
 	vars := map[string]string{
 		"OPAL_SERVER_URL":                     srv.srv.URL,
@@ -89,13 +89,17 @@ func start(t *testing.T, srv *testServer, env map[string]string) *harness {
 	h := &harness{t: t, srv: srv, txs: make(chan status.Transaction, 64), logs: &syncBuf{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
-	h.a, err = New(ctx, Options{
+	o := Options{
 		Config:        cfg,
 		Rand:          func() float64 { return 0 }, // shortest jitter and backoff: fast, still bounded below
 		Logger:        slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Version:       "test",
 		OnTransaction: func(tx status.Transaction) { h.txs <- tx },
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	h.a, err = New(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +173,17 @@ func (h *harness) waitEvents(kind string, n int) {
 func (h *harness) get(path string) (int, string) {
 	h.t.Helper()
 	resp, err := http.Get("http://" + h.a.APIAddr() + path)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+func (h *harness) post(path string) (int, string) {
+	h.t.Helper()
+	resp, err := http.Post("http://"+h.a.APIAddr()+path, "application/json", nil)
 	if err != nil {
 		h.t.Fatal(err)
 	}

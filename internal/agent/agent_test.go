@@ -1,0 +1,129 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/opal-go/opal-client/internal/metrics"
+	"github.com/opal-go/opal-client/internal/status"
+	"github.com/opal-go/opal-client/scheduler"
+)
+
+// TestStaleWarning pins the "policy stale" contract warning: it appears only
+// once the policy has been behind for a whole interval, and names how long.
+func TestStaleWarning(t *testing.T) {
+	cases := []struct {
+		name   string
+		behind time.Duration
+		loaded bool
+		want   bool
+	}{
+		{"current_policy_is_quiet", 0, true, false},
+		// guards mutation "if st.Stale < 0 {" in checkStale
+		{"behind_less_than_an_interval_is_quiet", 59 * time.Second, true, false},
+		{"behind_an_interval_warns", time.Minute, true, true},
+		{"never_loaded_warns", 2 * time.Minute, false, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewMock()
+			var buf syncBuf
+			a := &Agent{o: Options{StaleWarnInterval: time.Minute}, clk: clk,
+				log:     slog.New(slog.NewTextHandler(&buf, nil)),
+				metrics: metrics.New(metrics.Options{Clock: clk}),
+				sched:   scheduler.New(scheduler.Options{Clock: clk, Fire: func() {}})}
+			if c.loaded {
+				a.metrics.Transaction("h1", true, "", clk.Now())
+				if c.behind > 0 {
+					a.metrics.Transaction("h2", false, "fetch: 503", clk.Now())
+				}
+			}
+			clk.Add(c.behind)
+			if got := a.checkStale(); got != c.want {
+				t.Fatalf("warned %v, want %v; log %q", got, c.want, buf.String())
+			}
+			if c.want && !strings.Contains(buf.String(), "policy stale") {
+				t.Fatalf("log %q", buf.String())
+			}
+			if c.want && c.loaded && !strings.Contains(buf.String(), "last_error=\"fetch: 503\"") {
+				t.Fatalf("the warning must carry the last error: %q", buf.String())
+			}
+		})
+	}
+}
+
+type fakeData struct {
+	mu       sync.Mutex
+	connects int
+	notifies []string
+}
+
+func (f *fakeData) OnConnect() { f.mu.Lock(); f.connects++; f.mu.Unlock() }
+func (f *fakeData) OnNotify(topic string, _ json.RawMessage) {
+	f.mu.Lock()
+	f.notifies = append(f.notifies, topic)
+	f.mu.Unlock()
+}
+func (f *fakeData) Trigger() error { return errors.New("not now") }
+func (f *fakeData) Stop()          {}
+
+// TestP33_Notify pins the routing of notifies (protocol §3.3): a valid
+// policy message is queued, an invalid one is ignored with a warning, and
+// other topics go to the data updater.
+func TestP33_Notify(t *testing.T) {
+	srv := newTestServer(t, exampleFiles(t))
+	data := &fakeData{}
+	h := start(t, srv, map[string]string{"OPAL_DATA_UPDATER_ENABLED": "true"}, func(o *Options) {
+		o.NewDataUpdater = func(d DataDeps) (DataUpdater, error) {
+			if d.Queue == nil || d.Store == nil || d.Record == nil {
+				t.Error("incomplete data deps")
+			}
+			return data, nil
+		}
+	})
+	h.successTx()
+	// The data updater counts for readiness: report its first load.
+	h.a.tracker.Record(status.Transaction{ID: "d1", Type: status.TypeData, Success: true})
+	t.Run("data_topic_goes_to_the_data_updater", func(t *testing.T) {
+		srv.dev.Publish([]string{"policy_data"}, map[string]any{"entries": []any{}})
+		data.mu.Lock()
+		defer data.mu.Unlock()
+		if len(data.notifies) != 1 || data.notifies[0] != "policy_data" || data.connects != 1 {
+			t.Fatalf("data updater saw %v, %d connects", data.notifies, data.connects)
+		}
+	})
+	t.Run("invalid_policy_message_is_ignored_with_a_warning", func(t *testing.T) {
+		before := len(srv.policyRequests())
+		// guards mutation "m.ChangedDirectories == nil" -> "false"
+		srv.dev.Publish([]string{"policy:."}, map[string]any{"old_policy_hash": "a", "new_policy_hash": "b"})
+		srv.dev.Publish([]string{"policy:."}, "garbage")
+		if got := len(srv.policyRequests()); got != before || h.a.queue.Len() != 0 {
+			t.Fatalf("an invalid message queued an update (%d -> %d requests)", before, got)
+		}
+		if !strings.Contains(h.logs.String(), "invalid policy update message ignored") {
+			t.Fatal("no warning")
+		}
+	})
+	t.Run("refused_data_trigger_is_503", func(t *testing.T) {
+		if code, _ := h.post("/data-updater/trigger"); code != 503 {
+			t.Fatalf("code %d", code)
+		}
+	})
+	t.Run("policy_trigger_forces_a_full_fetch", func(t *testing.T) {
+		if code, body := h.post("/policy-updater/trigger"); code != 200 || body != `{"status":"ok"}` {
+			t.Fatalf("= %d %s", code, body)
+		}
+		h.successTx()
+		reqs := srv.policyRequests()
+		if reqs[len(reqs)-1].Has("base_hash") {
+			t.Fatal("a forced update must not send base_hash")
+		}
+	})
+}
