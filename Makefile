@@ -45,8 +45,9 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
-## run: placeholder until the daemon lands
+## run: the dev server on examples/policy and the agent with embedded OPA; prints a decision's curl; Ctrl-C stops both
 run: build
+	$(GO) run ./internal/tools/devrun
 
 clean:
 	rm -rf $(BIN)
