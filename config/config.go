@@ -40,6 +40,10 @@ const (
 	DefaultInlineOPAAddr         = "127.0.0.1:8181"
 	DefaultPolicyBundleMaxBytes  = 100 << 20
 	DefaultPubSubMaxMessageBytes = 64 << 20
+	// DefaultStoreBackupPath and DefaultStoreBackupInterval are the Python
+	// client's (and internal/backup's) defaults.
+	DefaultStoreBackupPath     = "/opal/backup/opa.json"
+	DefaultStoreBackupInterval = 60 * time.Second
 )
 
 // Config is the parsed environment. Load and LoadFrom fill every field,
@@ -84,6 +88,18 @@ type Config struct {
 	InlineOPAEnabled            bool            // OPAL_INLINE_OPA_ENABLED
 	InlineOPAConfig             InlineOPAConfig // OPAL_INLINE_OPA_CONFIG
 	OPAHealthCheckPolicyEnabled bool            // OPAL_OPA_HEALTH_CHECK_POLICY_ENABLED
+
+	// Offline mode (docs/offline.md); embedded OPA only.
+	OfflineModeEnabled  bool          // OPAL_OFFLINE_MODE_ENABLED
+	StoreBackupPath     string        // OPAL_STORE_BACKUP_PATH
+	StoreBackupInterval time.Duration // OPAL_STORE_BACKUP_INTERVAL (seconds > 0)
+	// DefaultOPALServerConnectivityDisabled is
+	// OPAL_DEFAULT_OPAL_SERVER_CONNECTIVITY_DISABLED: with offline mode and a
+	// restored backup, do not connect until enabled through the client API.
+	DefaultOPALServerConnectivityDisabled bool
+	// PolicyMaxAge is OPAL_POLICY_MAX_AGE (ours): how long the policy may be
+	// behind (the staleness gauge) before /ready answers 503; 0 = off.
+	PolicyMaxAge time.Duration
 
 	ClientAPIServerHost string // OPAL_CLIENT_API_SERVER_HOST
 	ClientAPIServerPort int    // OPAL_CLIENT_API_SERVER_PORT
@@ -141,6 +157,12 @@ type env struct {
 	InlineOPAEnabled            *string `envconfig:"OPAL_INLINE_OPA_ENABLED"`
 	InlineOPAConfig             *string `envconfig:"OPAL_INLINE_OPA_CONFIG"`
 	OPAHealthCheckPolicyEnabled *string `envconfig:"OPAL_OPA_HEALTH_CHECK_POLICY_ENABLED"`
+
+	OfflineModeEnabled                    *string `envconfig:"OPAL_OFFLINE_MODE_ENABLED"`
+	StoreBackupPath                       *string `envconfig:"OPAL_STORE_BACKUP_PATH"`
+	StoreBackupInterval                   *string `envconfig:"OPAL_STORE_BACKUP_INTERVAL"`
+	DefaultOPALServerConnectivityDisabled *string `envconfig:"OPAL_DEFAULT_OPAL_SERVER_CONNECTIVITY_DISABLED"`
+	PolicyMaxAge                          *string `envconfig:"OPAL_POLICY_MAX_AGE"`
 
 	ClientAPIServerHost *string `envconfig:"OPAL_CLIENT_API_SERVER_HOST"`
 	ClientAPIServerPort *string `envconfig:"OPAL_CLIENT_API_SERVER_PORT"`
@@ -386,6 +408,12 @@ func parse(e *env) (*Config, error) {
 	c.InlineOPAConfig = p.inlineOPA("INLINE_OPA_CONFIG", e.InlineOPAConfig)
 	c.OPAHealthCheckPolicyEnabled = p.boolean("OPA_HEALTH_CHECK_POLICY_ENABLED", e.OPAHealthCheckPolicyEnabled, false)
 
+	c.OfflineModeEnabled = p.boolean("OFFLINE_MODE_ENABLED", e.OfflineModeEnabled, false)
+	c.StoreBackupPath = get(e.StoreBackupPath, DefaultStoreBackupPath)
+	c.StoreBackupInterval = p.duration("STORE_BACKUP_INTERVAL", e.StoreBackupInterval, DefaultStoreBackupInterval, true)
+	c.DefaultOPALServerConnectivityDisabled = p.boolean("DEFAULT_OPAL_SERVER_CONNECTIVITY_DISABLED", e.DefaultOPALServerConnectivityDisabled, false)
+	c.PolicyMaxAge = p.duration("POLICY_MAX_AGE", e.PolicyMaxAge, 0, false)
+
 	c.ClientAPIServerHost = get(e.ClientAPIServerHost, "127.0.0.1")
 	c.ClientAPIServerPort = int(p.integer("CLIENT_API_SERVER_PORT", e.ClientAPIServerPort, 7000, 1, 65535))
 
@@ -566,44 +594,49 @@ func (c *Config) DataTopicNames() []string {
 // (ClientToken, PolicyStoreAuthToken) replaced by "***" when set.
 func (c *Config) Masked() map[string]any {
 	return map[string]any{
-		"OPAL_SERVER_URL":                             c.ServerURL,
-		"OPAL_SERVER_WS_URL":                          c.ServerWSURL,
-		"OPAL_SERVER_PUBSUB_URL":                      c.ServerPubSubURL,
-		"OPAL_CLIENT_TOKEN":                           mask(c.ClientToken),
-		"OPAL_POLICY_UPDATER_ENABLED":                 c.PolicyUpdaterEnabled,
-		"OPAL_POLICY_SUBSCRIPTION_DIRS":               strings.Join(c.PolicySubscriptionDirs, ":"),
-		"OPAL_POLICY_UPDATER_CONN_RETRY":              c.PolicyUpdaterConnRetry.String(),
-		"OPAL_POLICY_UPDATER_MAX_RETRY_AFTER":         c.PolicyUpdaterMaxRetryAfter.Seconds(),
-		"OPAL_POLICY_UPDATER_RESCHEDULE_ON_RETRYABLE": c.PolicyUpdaterRescheduleOnRetryable,
-		"OPAL_POLICY_UPDATER_MAX_DEFERRED_ROUNDS":     c.PolicyUpdaterMaxDeferredRounds,
-		"OPAL_POLICY_BUNDLE_MAX_BYTES":                c.PolicyBundleMaxBytes,
-		"OPAL_POLICY_FETCH_ATTEMPT_TIMEOUT":           c.PolicyFetchAttemptTimeout.Seconds(),
-		"OPAL_DATA_UPDATER_ENABLED":                   c.DataUpdaterEnabled,
-		"OPAL_DATA_TOPICS":                            strings.Join(c.DataTopics, ","),
-		"OPAL_DEFAULT_DATA_SOURCES_CONFIG_URL":        c.DefaultDataSourcesConfigURL,
-		"OPAL_DATA_UPDATER_CONN_RETRY":                c.DataUpdaterConnRetry.String(),
-		"OPAL_SPLIT_ROOT_DATA":                        c.SplitRootData,
-		"OPAL_SHOULD_REPORT_ON_DATA_UPDATES":          c.ShouldReportOnDataUpdates,
-		"OPAL_DEFAULT_UPDATE_CALLBACKS":               strings.Join(c.DefaultUpdateCallbacks, ","),
-		"OPAL_FETCHING_CALLBACK_TIMEOUT":              c.FetchingCallbackTimeout.Seconds(),
-		"OPAL_HTTP_FETCHER_TIMEOUT":                   c.HTTPFetcherTimeout.Seconds(),
-		"OPAL_KEEP_ALIVE_INTERVAL":                    int(c.KeepAliveInterval / time.Second),
-		"OPAL_PUBSUB_MAX_MESSAGE_BYTES":               c.PubSubMaxMessageBytes,
-		"OPAL_SCOPE_ID":                               c.ScopeID,
-		"OPAL_POLICY_STORE_TYPE":                      c.PolicyStoreType,
-		"OPAL_POLICY_STORE_URL":                       c.PolicyStoreURL,
-		"OPAL_POLICY_STORE_AUTH_TYPE":                 c.PolicyStoreAuthType,
-		"OPAL_POLICY_STORE_AUTH_TOKEN":                mask(c.PolicyStoreAuthToken),
-		"OPAL_POLICY_STORE_CONN_RETRY":                c.PolicyStoreConnRetry.String(),
-		"OPAL_POLICY_STORE_POLICY_PATHS_TO_IGNORE":    strings.Join(c.PolicyStorePolicyPathsToIgnore, ","),
-		"OPAL_INLINE_OPA_ENABLED":                     c.InlineOPAEnabled,
-		"OPAL_INLINE_OPA_CONFIG":                      fmt.Sprintf(`{"addr":%q}`, c.InlineOPAConfig.Addr),
-		"OPAL_OPA_HEALTH_CHECK_POLICY_ENABLED":        c.OPAHealthCheckPolicyEnabled,
-		"OPAL_CLIENT_API_SERVER_HOST":                 c.ClientAPIServerHost,
-		"OPAL_CLIENT_API_SERVER_PORT":                 c.ClientAPIServerPort,
-		"OPAL_LOG_LEVEL":                              c.LogLevel,
-		"OPAL_LOG_SERIALIZE":                          c.LogSerialize,
-		"OPAL_LOG_FORMAT_INCLUDE_PID":                 c.LogFormatIncludePID,
+		"OPAL_SERVER_URL":                                c.ServerURL,
+		"OPAL_SERVER_WS_URL":                             c.ServerWSURL,
+		"OPAL_SERVER_PUBSUB_URL":                         c.ServerPubSubURL,
+		"OPAL_CLIENT_TOKEN":                              mask(c.ClientToken),
+		"OPAL_POLICY_UPDATER_ENABLED":                    c.PolicyUpdaterEnabled,
+		"OPAL_POLICY_SUBSCRIPTION_DIRS":                  strings.Join(c.PolicySubscriptionDirs, ":"),
+		"OPAL_POLICY_UPDATER_CONN_RETRY":                 c.PolicyUpdaterConnRetry.String(),
+		"OPAL_POLICY_UPDATER_MAX_RETRY_AFTER":            c.PolicyUpdaterMaxRetryAfter.Seconds(),
+		"OPAL_POLICY_UPDATER_RESCHEDULE_ON_RETRYABLE":    c.PolicyUpdaterRescheduleOnRetryable,
+		"OPAL_POLICY_UPDATER_MAX_DEFERRED_ROUNDS":        c.PolicyUpdaterMaxDeferredRounds,
+		"OPAL_POLICY_BUNDLE_MAX_BYTES":                   c.PolicyBundleMaxBytes,
+		"OPAL_POLICY_FETCH_ATTEMPT_TIMEOUT":              c.PolicyFetchAttemptTimeout.Seconds(),
+		"OPAL_DATA_UPDATER_ENABLED":                      c.DataUpdaterEnabled,
+		"OPAL_DATA_TOPICS":                               strings.Join(c.DataTopics, ","),
+		"OPAL_DEFAULT_DATA_SOURCES_CONFIG_URL":           c.DefaultDataSourcesConfigURL,
+		"OPAL_DATA_UPDATER_CONN_RETRY":                   c.DataUpdaterConnRetry.String(),
+		"OPAL_SPLIT_ROOT_DATA":                           c.SplitRootData,
+		"OPAL_SHOULD_REPORT_ON_DATA_UPDATES":             c.ShouldReportOnDataUpdates,
+		"OPAL_DEFAULT_UPDATE_CALLBACKS":                  strings.Join(c.DefaultUpdateCallbacks, ","),
+		"OPAL_FETCHING_CALLBACK_TIMEOUT":                 c.FetchingCallbackTimeout.Seconds(),
+		"OPAL_HTTP_FETCHER_TIMEOUT":                      c.HTTPFetcherTimeout.Seconds(),
+		"OPAL_KEEP_ALIVE_INTERVAL":                       int(c.KeepAliveInterval / time.Second),
+		"OPAL_PUBSUB_MAX_MESSAGE_BYTES":                  c.PubSubMaxMessageBytes,
+		"OPAL_SCOPE_ID":                                  c.ScopeID,
+		"OPAL_POLICY_STORE_TYPE":                         c.PolicyStoreType,
+		"OPAL_POLICY_STORE_URL":                          c.PolicyStoreURL,
+		"OPAL_POLICY_STORE_AUTH_TYPE":                    c.PolicyStoreAuthType,
+		"OPAL_POLICY_STORE_AUTH_TOKEN":                   mask(c.PolicyStoreAuthToken),
+		"OPAL_POLICY_STORE_CONN_RETRY":                   c.PolicyStoreConnRetry.String(),
+		"OPAL_POLICY_STORE_POLICY_PATHS_TO_IGNORE":       strings.Join(c.PolicyStorePolicyPathsToIgnore, ","),
+		"OPAL_INLINE_OPA_ENABLED":                        c.InlineOPAEnabled,
+		"OPAL_INLINE_OPA_CONFIG":                         fmt.Sprintf(`{"addr":%q}`, c.InlineOPAConfig.Addr),
+		"OPAL_OPA_HEALTH_CHECK_POLICY_ENABLED":           c.OPAHealthCheckPolicyEnabled,
+		"OPAL_OFFLINE_MODE_ENABLED":                      c.OfflineModeEnabled,
+		"OPAL_STORE_BACKUP_PATH":                         c.StoreBackupPath,
+		"OPAL_STORE_BACKUP_INTERVAL":                     c.StoreBackupInterval.Seconds(),
+		"OPAL_DEFAULT_OPAL_SERVER_CONNECTIVITY_DISABLED": c.DefaultOPALServerConnectivityDisabled,
+		"OPAL_POLICY_MAX_AGE":                            c.PolicyMaxAge.Seconds(),
+		"OPAL_CLIENT_API_SERVER_HOST":                    c.ClientAPIServerHost,
+		"OPAL_CLIENT_API_SERVER_PORT":                    c.ClientAPIServerPort,
+		"OPAL_LOG_LEVEL":                                 c.LogLevel,
+		"OPAL_LOG_SERIALIZE":                             c.LogSerialize,
+		"OPAL_LOG_FORMAT_INCLUDE_PID":                    c.LogFormatIncludePID,
 	}
 }
 

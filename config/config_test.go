@@ -36,6 +36,8 @@ func TestDefaults(t *testing.T) {
 		"InlineOPAEnabled":       true, "InlineOPAConfig": InlineOPAConfig{Addr: "127.0.0.1:8181"},
 		"ClientAPIServerHost": "127.0.0.1", "ClientAPIServerPort": 7000, "LogLevel": "INFO",
 		"PolicyUpdaterEnabled": true, "DataUpdaterEnabled": true, "KeepAliveInterval": time.Duration(0),
+		"OfflineModeEnabled": false, "StoreBackupPath": "/opal/backup/opa.json", "StoreBackupInterval": 60 * time.Second,
+		"DefaultOPALServerConnectivityDisabled": false, "PolicyMaxAge": time.Duration(0),
 	}
 	v := reflect.ValueOf(*c)
 	for field, w := range want {
@@ -78,6 +80,13 @@ func TestSyntax(t *testing.T) {
 		{"callbacks_model", map[string]string{"OPAL_DEFAULT_UPDATE_CALLBACKS": `{"callbacks":["http://a/cb",["http://b/cb",{"method":"post"}]]}`},
 			"DefaultUpdateCallbacks", []string{"http://a/cb", "http://b/cb"}},
 		{"inline_opa_addr", map[string]string{"OPAL_INLINE_OPA_CONFIG": `{"addr":"0.0.0.0:9181"}`}, "InlineOPAConfig", InlineOPAConfig{Addr: "0.0.0.0:9181"}},
+		// Offline mode (issue 9).
+		{"offline_mode_enabled", map[string]string{"OPAL_OFFLINE_MODE_ENABLED": "true"}, "OfflineModeEnabled", true},
+		{"store_backup_path", map[string]string{"OPAL_STORE_BACKUP_PATH": " /var/opal/b.json "}, "StoreBackupPath", "/var/opal/b.json"},
+		{"store_backup_interval_float", map[string]string{"OPAL_STORE_BACKUP_INTERVAL": "0.5"}, "StoreBackupInterval", 500 * time.Millisecond},
+		{"connectivity_disabled", map[string]string{"OPAL_DEFAULT_OPAL_SERVER_CONNECTIVITY_DISABLED": "1"}, "DefaultOPALServerConnectivityDisabled", true},
+		{"policy_max_age_seconds", map[string]string{"OPAL_POLICY_MAX_AGE": "900"}, "PolicyMaxAge", 15 * time.Minute},
+		{"policy_max_age_zero_is_off", map[string]string{"OPAL_POLICY_MAX_AGE": "0"}, "PolicyMaxAge", time.Duration(0)},
 		{"auth_token", map[string]string{"OPAL_POLICY_STORE_AUTH_TYPE": "TOKEN", "OPAL_POLICY_STORE_AUTH_TOKEN": "x"}, "PolicyStoreAuthType", "token"},
 		{"log_level_warning", map[string]string{"OPAL_LOG_LEVEL": "warning"}, "LogLevel", "WARNING"},
 	}
@@ -122,6 +131,10 @@ func TestBadValues(t *testing.T) {
 		{"port_out_of_range", "OPAL_CLIENT_API_SERVER_PORT", "70000", "1 to 65535"},
 		{"log_level_unknown", "OPAL_LOG_LEVEL", "LOUD", "INFO"},
 		{"inline_opa_addr", "OPAL_INLINE_OPA_CONFIG", `{"addr":"nope"}`, "addr"},
+		// Mutation caught: STORE_BACKUP_INTERVAL parsed with positive=false (0 would back up on every transaction).
+		{"store_backup_interval_zero", "OPAL_STORE_BACKUP_INTERVAL", "0", "> 0"},
+		{"offline_mode_yes", "OPAL_OFFLINE_MODE_ENABLED", "yes", "true, false, 1 or 0"},
+		{"policy_max_age_negative", "OPAL_POLICY_MAX_AGE", "-5", ">= 0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
