@@ -53,6 +53,9 @@ type Metrics struct {
 	wsReconnects  prometheus.Counter
 	wsConnects    prometheus.Counter
 	policyUpdates *prometheus.CounterVec
+	dataEntries   *prometheus.CounterVec
+	dataDeferrals prometheus.Counter
+	dataSuccess   prometheus.Gauge
 	stale         *Staleness
 	mu            sync.Mutex
 	hash          string
@@ -66,6 +69,10 @@ const (
 	OutcomeNonRetryable = "non_retryable"
 	OutcomeCancelled    = "cancelled"
 )
+
+// DataOutcomeSuccess is the DataEntry outcome of an entry written (the data
+// updater's OutcomeSuccess; the other outcomes are counted as they come).
+const DataOutcomeSuccess = "success"
 
 // New registers every collector on a fresh registry.
 func New(o Options) *Metrics {
@@ -95,6 +102,12 @@ func New(o Options) *Metrics {
 		"Policy update transactions (fetch and apply) by result (success or failure).", "result")
 	m.policyUpdates = f.counterVec("policy_update_requests_total",
 		"Policy update requests queued, by reason (connect, notification, trigger).", "reason")
+	m.dataEntries = f.counterVec("data_entries_total",
+		"Data update entries by outcome: success, skipped, invalid, fetch_failed, write_failed.", "outcome")
+	m.dataDeferrals = f.counter("data_deferral_rounds_total",
+		"Deferred re-fetches armed for data entries whose source stayed down.")
+	m.dataSuccess = f.gauge("data_last_success_timestamp_seconds",
+		"Unix time of the last data entry written (0 = none yet).")
 	m.policyInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "policy_info",
 		Help: "Always 1; the hash label is the policy bundle currently loaded.",
@@ -269,6 +282,27 @@ func (m *Metrics) Transaction(hash string, success bool, errMsg string, ended ti
 		m.hash = hash
 		m.policyInfo.WithLabelValues(hash).Set(1)
 	}
+}
+
+// DataEntry counts one data update entry by outcome (the data updater's
+// OnOutcome: success, skipped, invalid, fetch_failed, write_failed) and
+// stamps the time of the last success.
+func (m *Metrics) DataEntry(outcome string) {
+	if m == nil {
+		return
+	}
+	m.dataEntries.WithLabelValues(outcome).Inc()
+	if outcome == DataOutcomeSuccess { // guard: mutation "if outcome != DataOutcomeSuccess {" stamps failures as successes
+		m.dataSuccess.Set(float64(m.clk.Now().UnixNano()) / 1e9)
+	}
+}
+
+// DataDeferral counts one deferred re-fetch armed for a data entry.
+func (m *Metrics) DataDeferral() {
+	if m == nil {
+		return
+	}
+	m.dataDeferrals.Inc()
 }
 
 // PubSubState records the WebSocket's state (pubsub OnState). Every

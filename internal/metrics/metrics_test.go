@@ -99,3 +99,36 @@ func TestMetricsMove(t *testing.T) {
 	nilM.FetchAttempt("x", 1)
 	nilM.Transaction("x", true, "", time.Time{})
 }
+
+// TestDataEntry pins the data metrics: entries by outcome, and the last
+// success time moves only on a success.
+func TestDataEntry(t *testing.T) {
+	clk := clock.NewMock()
+	clk.Add(time.Hour)
+	m := New(Options{Clock: clk})
+	m.DataEntry("success")
+	at := float64(clk.Now().Unix())
+	clk.Add(time.Minute)
+	// guards mutation "if outcome != DataOutcomeSuccess {" in DataEntry
+	m.DataEntry("invalid")
+	m.DataEntry("invalid")
+	m.DataDeferral()
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"opal_client_data_entries_total", map[string]string{"outcome": "success"}, 1},
+		{"opal_client_data_entries_total", map[string]string{"outcome": "invalid"}, 2},
+		{"opal_client_data_deferral_rounds_total", nil, 1},
+		{"opal_client_data_last_success_timestamp_seconds", nil, at},
+	}
+	for _, c := range checks {
+		if got, ok := Value(m.Registry(), c.name, c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	var nilM *Metrics
+	nilM.DataEntry("success")
+	nilM.DataDeferral()
+}
