@@ -273,6 +273,22 @@ func (m *Metrics) Transaction(hash string, success bool, errMsg string, ended ti
 	}
 	m.lastSuccess.Set(float64(ended.UnixNano()) / 1e9)
 	m.stale.Success(ended)
+	m.setHash(hash)
+}
+
+// Restored records a policy loaded from an offline-mode backup taken at
+// takenAt: policy_info carries its hash and the staleness counts from
+// takenAt until the first successful update. The last-success timestamp is
+// left alone: nothing has been fetched yet.
+func (m *Metrics) Restored(hash string, takenAt time.Time) {
+	if m == nil {
+		return
+	}
+	m.stale.Restored(takenAt)
+	m.setHash(hash)
+}
+
+func (m *Metrics) setHash(hash string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if hash != m.hash {

@@ -41,6 +41,33 @@ func TestStaleness(t *testing.T) {
 			t.Fatalf("after success %+v", st)
 		}
 	})
+	// Issue 9: a restored backup's policy is as old as the backup.
+	t.Run("restored_counts_from_backup_time", func(t *testing.T) {
+		clk := clock.NewMock()
+		taken := clk.Now()
+		clk.Add(time.Hour) // the agent starts an hour after the backup
+		s := NewStaleness(clk)
+		s.Restored(taken)
+		clk.Add(time.Minute)
+		st := s.State()
+		if st.Stale != time.Hour+time.Minute || !st.LastSuccess.Equal(taken) {
+			t.Fatalf("state %+v, want stale 1h1m from the backup time", st)
+		}
+		s.Success(clk.Now())
+		if s.Stale() != 0 {
+			t.Fatal("a success ends the staleness of a restored policy")
+		}
+	})
+	t.Run("restored_after_success_is_ignored", func(t *testing.T) {
+		clk := clock.NewMock()
+		s := NewStaleness(clk)
+		s.Success(clk.Now())
+		s.Restored(clk.Now().Add(-time.Hour))
+		// guards mutation "if false {" in Restored
+		if got := s.Stale(); got != 0 {
+			t.Fatalf("a backup restored late made a current policy stale %v", got)
+		}
+	})
 	t.Run("nil_is_safe", func(t *testing.T) {
 		var s *Staleness
 		s.Failing()
@@ -95,7 +122,12 @@ func TestMetricsMove(t *testing.T) {
 	if _, ok := Value(m.Registry(), "opal_client_policy_info", map[string]string{"hash": "aaa"}); ok {
 		t.Error("the old hash must leave the info metric")
 	}
+	m.Restored("ccc", clk.Now()) // after a success: only the hash label moves
+	if v, ok := Value(m.Registry(), "opal_client_policy_info", map[string]string{"hash": "ccc"}); !ok || v != 1 {
+		t.Error("Restored does not set policy_info")
+	}
 	var nilM *Metrics
+	nilM.Restored("x", time.Time{})
 	nilM.FetchAttempt("x", 1)
 	nilM.Transaction("x", true, "", time.Time{})
 }

@@ -62,6 +62,22 @@ func (s *Staleness) Success(t time.Time) {
 	s.mu.Unlock()
 }
 
+// Restored marks a policy loaded from an offline-mode backup taken at t:
+// still pending (no update from the server yet), but the staleness counts
+// from t, not from start, since that is how old the policy really is. It
+// changes nothing once a success has been recorded.
+func (s *Staleness) Restored(t time.Time) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loaded { // guard: mutation "if false {" lets an old backup time overwrite a success
+		return
+	}
+	s.since, s.loaded, s.behind = t, true, true
+}
+
 // Stale is how long the policy has been behind; 0 while it is current.
 func (s *Staleness) Stale() time.Duration {
 	if s == nil {
