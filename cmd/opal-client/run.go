@@ -23,13 +23,13 @@ func runRun(ctx context.Context, e cmdEnv) int {
 	}
 	log := cfg.Logger(e.stderr)
 	a, err := agent.New(ctx, agent.Options{
-		Config:    cfg,
-		Clock:     e.clock,
-		Rand:      e.rand,
-		Logger:    log,
-		Transport: e.transport,
-		Version:   buildVersion(),
-		// NewDataUpdater: wired when internal/dataupdater lands (issue 7).
+		Config:         cfg,
+		Clock:          e.clock,
+		Rand:           e.rand,
+		Logger:         log,
+		Transport:      e.transport,
+		Version:        buildVersion(),
+		NewDataUpdater: agent.NewDataUpdater,
 	})
 	if err != nil {
 		log.Error("cannot start", "error", err)

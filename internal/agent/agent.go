@@ -65,7 +65,9 @@ type DataDeps struct {
 	// Store is the policy store (*embedded.Store or *oparest.Store).
 	Store updater.Store
 	// Record reports each data transaction (readiness and health).
-	Record     func(status.Transaction)
+	Record func(status.Transaction)
+	// Metrics counts data entries by outcome; nil records nothing.
+	Metrics    *metrics.Metrics
 	HTTPClient *http.Client
 	Clock      clock.Clock
 	Rand       func() float64
@@ -181,7 +183,7 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 		Logger:             a.log,
 	})
 	a.metrics = metrics.New(metrics.Options{
-		Clock: o.Clock, Version: o.Version, Flat: a.sched.Flat, Ready: a.tracker.Ready, ProcessCollectors: true,
+		Clock: o.Clock, Version: o.Version, Flat: a.sched.Flat, Ready: a.ready, ProcessCollectors: true,
 	})
 
 	httpClient := &http.Client{Transport: o.Transport}
@@ -212,7 +214,7 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 
 	if cfg.DataUpdaterEnabled && o.NewDataUpdater != nil {
 		a.data, err = o.NewDataUpdater(DataDeps{
-			Config: cfg, Queue: a.queue, Store: a.store, Record: a.tracker.Record,
+			Config: cfg, Queue: a.queue, Store: a.store, Record: a.tracker.Record, Metrics: a.metrics,
 			HTTPClient: httpClient, Clock: o.Clock, Rand: o.Rand, Logger: a.log,
 		})
 		if err != nil {
@@ -235,7 +237,7 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 	}
 	apiOpts := api.Options{
 		Healthy: a.tracker.Healthy,
-		Ready:   a.tracker.Ready,
+		Ready:   a.ready,
 		Metrics: a.metrics.Handler(),
 		Clock:   o.Clock,
 		Logger:  a.log,
@@ -391,8 +393,9 @@ func (a *Agent) OPAAddr() string {
 // Metrics returns the agent's collectors.
 func (a *Agent) Metrics() *metrics.Metrics { return a.metrics }
 
-// Ready reports whether a policy has been loaded.
-func (a *Agent) Ready() bool { return a.tracker.Ready() }
+// Ready reports whether a policy has been loaded (and, with the data
+// updater, data: see ready).
+func (a *Agent) Ready() bool { return a.ready() }
 
 // Run serves until ctx ends or the client API fails, then shuts down in
 // order (see the package comment). It returns nil after a shutdown asked for

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/opal-go/opal-client/internal/dataupdater"
 	"github.com/opal-go/opal-client/internal/status"
@@ -37,6 +38,8 @@ func NewDataUpdater(d DataDeps) (DataUpdater, error) {
 		Clock:             d.Clock,
 		Rand:              d.Rand,
 		Logger:            d.Logger,
+		OnOutcome:         d.Metrics.DataEntry,
+		OnArm:             func(string, int, time.Duration) { d.Metrics.DataDeferral() },
 		OnTransaction: func(tx updater.Transaction) {
 			if d.Record != nil {
 				d.Record(status.Transaction{ID: tx.ID, Type: tx.Type, Actions: tx.Actions, Success: tx.Success,
@@ -44,4 +47,14 @@ func NewDataUpdater(d DataDeps) (DataUpdater, error) {
 			}
 		},
 	}), nil
+}
+
+// ready is the agent's readiness (protocol §5.3): a policy has been loaded
+// and, when the data updater runs, at least one data entry has been written.
+func (a *Agent) ready() bool {
+	if !a.tracker.Ready() {
+		return false
+	}
+	// guard: mutation "return true" is ready before any data is loaded (TestE2E_Data/ready_needs_data)
+	return a.data == nil || a.tracker.Snapshot().DataStats.Successful > 0
 }
