@@ -2,13 +2,22 @@
 // OPAL_CLIENT_API_SERVER_HOST:PORT, with the Python client's routes and
 // bodies, plus GET /metrics:
 //
-//	GET /healthcheck, /healthy, /   200 {"status":"ok","online":true} when healthy, else 503 {"status":"unavailable"}
+//	GET /healthcheck, /healthy, /   200 {"status":"ok","online":true} when healthy; in offline mode
+//	                                200 {"status":"ok","online":false} when ready but not healthy;
+//	                                else 503 {"status":"unavailable"}
 //	GET /ready                      200 {"status":"ok"} once a policy is loaded, else 503 {"status":"unavailable"}
 //	POST /policy-updater/trigger    queues a forced full policy update: 200 {"status":"ok"}
 //	POST /data-updater/trigger      reloads base data: 200 {"status":"ok"}, 503 when the data updater is off
+//	GET /opal-server/connectivity   200 {"opal_server_connectivity_disabled":b,"offline_mode_enabled":b}
+//	POST /opal-server/connectivity/disable, /enable
+//	                                200 {"status":"disabled"|"already_disabled"|"enabled"|"already_enabled"};
+//	                                400 {"detail":...} without offline mode
 //	GET /metrics                    Prometheus text format
 //
-// Handlers never block on an update: triggers only enqueue.
+// Handlers never block on an update: triggers only enqueue. The Python
+// client guards the connectivity routes with a JWT; this API has no
+// authentication and is meant for the loopback interface (the default
+// OPAL_CLIENT_API_SERVER_HOST, 127.0.0.1).
 package api
 
 import (
@@ -36,6 +45,13 @@ type Options struct {
 	// TriggerData reloads the base data; nil (data updater disabled or not
 	// wired) or an error answers 503.
 	TriggerData func() error
+	// OfflineMode is OPAL_OFFLINE_MODE_ENABLED (in effect: embedded OPA):
+	// a ready but unhealthy agent answers the health routes 200 with
+	// "online":false, and the connectivity switches are allowed.
+	OfflineMode bool
+	// Connectivity is the switch of the connection to the OPAL server; nil
+	// (with OfflineMode) makes the switches answer 503.
+	Connectivity Connectivity
 	// Metrics serves GET /metrics; nil answers 404.
 	Metrics http.Handler
 	// HealthTimeout bounds Healthy; 0 means DefaultHealthTimeout.
@@ -46,7 +62,19 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// Connectivity switches the agent's connection to the OPAL server (the
+// Python client's /opal-server/connectivity routes).
+type Connectivity interface {
+	// ServerConnectivityDisabled reports whether the agent stays away from
+	// the server.
+	ServerConnectivityDisabled() bool
+	// SetServerConnectivity connects (true) or disconnects (false) and
+	// reports whether that changed anything. It must not block on I/O.
+	SetServerConnectivity(enabled bool) (changed bool)
+}
+
 var (
+	okOffline   = map[string]any{"status": "ok", "online": false}
 	okOnline    = map[string]any{"status": "ok", "online": true}
 	ok          = map[string]any{"status": "ok"}
 	unavailable = map[string]any{"status": "unavailable"}
@@ -74,6 +102,12 @@ func Handler(o Options) http.Handler {
 		defer cancel()
 		if err := o.Healthy(ctx); err != nil { // guard: mutation "if err == nil {" answers 200 while unhealthy
 			log.Debug("health check failed", "error", err)
+			// Offline mode: serving a loaded (possibly restored) policy
+			// without the server is the point, so it is not an outage.
+			if o.OfflineMode && o.Ready != nil && o.Ready() { // guard: mutation "if o.Ready != nil && o.Ready() {" answers online:false without offline mode
+				writeJSON(w, http.StatusOK, okOffline)
+				return
+			}
 			writeJSON(w, http.StatusServiceUnavailable, unavailable)
 			return
 		}
@@ -110,6 +144,34 @@ func Handler(o Options) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, ok)
 	})
+	mux.HandleFunc("GET /opal-server/connectivity", func(w http.ResponseWriter, r *http.Request) {
+		disabled := o.Connectivity != nil && o.Connectivity.ServerConnectivityDisabled()
+		writeJSON(w, http.StatusOK, map[string]any{"opal_server_connectivity_disabled": disabled, "offline_mode_enabled": o.OfflineMode})
+	})
+	connectivity := func(enable bool) http.HandlerFunc {
+		verb, done := "disable", "disabled"
+		if enable {
+			verb, done = "enable", "enabled"
+		}
+		return func(w http.ResponseWriter, r *http.Request) {
+			if !o.OfflineMode { // guard: mutation "if false {" lets an agent without offline mode disconnect
+				writeJSON(w, http.StatusBadRequest, map[string]any{"detail": "Cannot " + verb + " OPAL server connectivity: offline mode is not enabled"})
+				return
+			}
+			if o.Connectivity == nil {
+				writeJSON(w, http.StatusServiceUnavailable, unavailable)
+				return
+			}
+			status := done
+			if !o.Connectivity.SetServerConnectivity(enable) { // guard: mutation "if false {" reports a change that did not happen
+				status = "already_" + done
+			}
+			log.Info("OPAL server connectivity switched through the API", "status", status)
+			writeJSON(w, http.StatusOK, map[string]any{"status": status})
+		}
+	}
+	mux.HandleFunc("POST /opal-server/connectivity/disable", connectivity(false))
+	mux.HandleFunc("POST /opal-server/connectivity/enable", connectivity(true))
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}

@@ -160,3 +160,98 @@ func TestMetricsRoute(t *testing.T) {
 		t.Fatalf("no metrics handler: %d", code)
 	}
 }
+
+// TestP7_OfflineHealth pins the offline-mode health answer (protocol §7,
+// issue 9): ready but not healthy is 200 {"status":"ok","online":false} with
+// offline mode, 503 without; not ready is 503 either way.
+func TestP7_OfflineHealth(t *testing.T) {
+	cases := []struct {
+		name           string
+		offline, ready bool
+		healthy        error
+		code           int
+		body           string
+	}{
+		{"offline_ready_unhealthy_is_200_offline", true, true, errors.New("no policy transaction yet"), 200, `{"online":false,"status":"ok"}`},
+		// guards mutation "if o.Ready != nil && o.Ready() {" in health
+		{"online_mode_ready_unhealthy_is_503", false, true, errors.New("no policy transaction yet"), 503, `{"status":"unavailable"}`},
+		{"offline_not_ready_is_503", true, false, errors.New("no policy transaction yet"), 503, `{"status":"unavailable"}`},
+		{"offline_healthy_is_online", true, true, nil, 200, `{"online":true,"status":"ok"}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := Handler(Options{OfflineMode: c.offline, Ready: func() bool { return c.ready },
+				Healthy: func(context.Context) error { return c.healthy }})
+			if code, body := do(h, "GET", "/healthcheck"); code != c.code || body != c.body {
+				t.Fatalf("GET /healthcheck = %d %s, want %d %s", code, body, c.code, c.body)
+			}
+		})
+	}
+}
+
+type switchFake struct {
+	disabled bool
+	calls    int
+}
+
+func (s *switchFake) ServerConnectivityDisabled() bool { return s.disabled }
+
+func (s *switchFake) SetServerConnectivity(enabled bool) bool {
+	s.calls++
+	changed := s.disabled == enabled
+	s.disabled = !enabled
+	return changed
+}
+
+// TestP7_Connectivity pins the Python client's /opal-server/connectivity
+// routes: status, the two switches with their "already_" answers, and 400
+// without offline mode.
+func TestP7_Connectivity(t *testing.T) {
+	t.Run("status_reports_both_flags", func(t *testing.T) {
+		h := Handler(Options{OfflineMode: true, Connectivity: &switchFake{disabled: true}})
+		code, body := do(h, "GET", "/opal-server/connectivity")
+		if code != 200 || body != `{"offline_mode_enabled":true,"opal_server_connectivity_disabled":true}` {
+			t.Fatalf("= %d %s", code, body)
+		}
+	})
+	// guards mutation "if false {" in connectivity (the offline-mode check)
+	t.Run("without_offline_mode_is_400", func(t *testing.T) {
+		sw := &switchFake{}
+		h := Handler(Options{Connectivity: sw})
+		for _, verb := range []string{"disable", "enable"} {
+			code, body := do(h, "POST", "/opal-server/connectivity/"+verb)
+			if code != 400 || !strings.Contains(body, "offline mode is not enabled") {
+				t.Fatalf("%s = %d %s", verb, code, body)
+			}
+		}
+		if sw.calls != 0 {
+			t.Fatal("the switch moved without offline mode")
+		}
+	})
+	// guards mutation "if false {" in connectivity (the changed check)
+	t.Run("switches_report_changes", func(t *testing.T) {
+		sw := &switchFake{}
+		h := Handler(Options{OfflineMode: true, Connectivity: sw})
+		steps := []struct{ verb, want string }{
+			{"disable", `{"status":"disabled"}`},
+			{"disable", `{"status":"already_disabled"}`},
+			{"enable", `{"status":"enabled"}`},
+			{"enable", `{"status":"already_enabled"}`},
+		}
+		for _, s := range steps {
+			if code, body := do(h, "POST", "/opal-server/connectivity/"+s.verb); code != 200 || body != s.want {
+				t.Fatalf("%s = %d %s, want %s", s.verb, code, body, s.want)
+			}
+		}
+	})
+	t.Run("no_switch_is_503", func(t *testing.T) {
+		if code, _ := do(Handler(Options{OfflineMode: true}), "POST", "/opal-server/connectivity/enable"); code != 503 {
+			t.Fatalf("code %d", code)
+		}
+	})
+	t.Run("switch_is_post_only", func(t *testing.T) {
+		if code, _ := do(Handler(Options{OfflineMode: true, Connectivity: &switchFake{}}), "GET", "/opal-server/connectivity/enable"); code != 405 {
+			t.Fatalf("code %d", code)
+		}
+	})
+}
