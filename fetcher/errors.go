@@ -90,6 +90,10 @@ func (e *BundlePathNotFound) As(target any) bool {
 type Request struct {
 	Paths    []string
 	BaseHash string
+	// Attempts, when > 0, overrides Options.Retry.Attempts for this fetch. A
+	// deferred re-fetch uses 1: the scheduler is its backoff, and a full
+	// retry policy inside each deferred round would multiply its requests.
+	Attempts int
 }
 
 // Result describes one whole fetch, successful or not.

@@ -74,6 +74,12 @@ type Options struct {
 	Logger     *slog.Logger   // nil discards
 	OnAttempt  func(Attempt)  // called after every attempt (F10)
 	OnRetry    func(Retry)    // called before every wait (F10)
+	// NoHintJitter honours a Retry-After hint exactly. By default the capped
+	// hint h is a floor and the wait is drawn uniformly from
+	// [h, h+min(h/2, MaxRetryAfter-h)]: never earlier than the server asked,
+	// never over the cap, and a fleet told the same Retry-After does not
+	// come back in the same instant.
+	NoHintJitter bool
 }
 
 // Attempt is the outcome of one request.
@@ -147,7 +153,7 @@ func (f *Fetcher) Bound() time.Duration {
 // *BundlePathNotFound, or the context's error, wrapped.
 func (f *Fetcher) Fetch(ctx context.Context, r Request) (*Result, error) {
 	var bundle *PolicyBundle
-	res, err := f.Do(ctx, func(ctx context.Context) (*http.Request, error) {
+	res, err := f.do(ctx, r.Attempts, func(ctx context.Context) (*http.Request, error) {
 		return f.policyRequest(ctx, r)
 	}, func(body []byte) error {
 		b, err := DecodeBundle(body)
@@ -197,10 +203,17 @@ func (f *Fetcher) policyRequest(ctx context.Context, r Request) (*http.Request, 
 // is never nil; its Bundle is left nil. Errors are as for Fetch; an error
 // from newRequest is non-retryable.
 func (f *Fetcher) Do(ctx context.Context, newRequest func(context.Context) (*http.Request, error), decode func([]byte) error) (*Result, error) {
+	return f.do(ctx, 0, newRequest, decode)
+}
+
+// do is Do with the number of attempts overridden when attempts > 0.
+func (f *Fetcher) do(ctx context.Context, attempts int, newRequest func(context.Context) (*http.Request, error), decode func([]byte) error) (*Result, error) {
 	start := f.clock.Now()
 	res := &Result{}
 	bound := f.Bound()
-	attempts := max(f.o.Retry.Attempts, 1)
+	if attempts <= 0 {
+		attempts = max(f.o.Retry.Attempts, 1)
+	}
 	var waited time.Duration
 	var hint time.Duration
 	var hasHint bool
@@ -228,7 +241,7 @@ func (f *Fetcher) Do(ctx context.Context, newRequest func(context.Context) (*htt
 		// F4: the longer of the capped hint and the configured backoff.
 		wait := f.o.Retry.Wait(n, f.rand)
 		if a.HasRetryAfter {
-			wait = max(wait, min(a.RetryAfter, f.o.MaxRetryAfter))
+			wait = max(wait, f.hintWait(min(a.RetryAfter, f.o.MaxRetryAfter)))
 		}
 		// F7/F8: stop after the last attempt, or before a wait that would
 		// take the waits of this fetch past the bound.
@@ -250,6 +263,15 @@ func (f *Fetcher) Do(ctx context.Context, newRequest func(context.Context) (*htt
 			return res, fmt.Errorf("fetch cancelled waiting after attempt %d: %w", n, ctx.Err())
 		}
 	}
+}
+
+// hintWait spreads a capped hint h upwards (see Options.NoHintJitter).
+func (f *Fetcher) hintWait(h time.Duration) time.Duration {
+	if f.o.NoHintJitter || h <= 0 {
+		return h
+	}
+	spread := min(h/2, f.o.MaxRetryAfter-h)
+	return h + time.Duration(f.rand()*float64(spread))
 }
 
 func (f *Fetcher) exhausted(a Attempt, res *Result, hint time.Duration, hasHint bool) error {

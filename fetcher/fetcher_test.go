@@ -364,3 +364,53 @@ func TestCancel_DuringWait(t *testing.T) {
 		t.Errorf("a cancelled fetch is not a failure to warn about:\n%s", r.logs)
 	}
 }
+
+// F4 with hint jitter (the default): the capped hint is a floor, the wait is
+// drawn from [h, h+min(h/2, cap-h)], so a fleet told the same Retry-After
+// does not return in lockstep, and no wait passes the cap.
+func TestF4_HintJitter(t *testing.T) {
+	cases := []struct {
+		name string
+		ra   string
+		draw float64
+		want time.Duration
+	}{
+		// Mutation caught: "h + time.Duration(f.rand()*...)" -> "h" (no spread).
+		{"F4_hint_spread_upwards", "30", 1, 45 * time.Second},
+		// Mutation caught: the spread drawn below the hint (h - ...).
+		{"F4_hint_is_a_floor", "30", 0, 30 * time.Second},
+		// Mutation caught: "min(h/2, cap-h)" -> "h/2" (a 40 s hint would wait 60 s+).
+		{"F4_spread_never_passes_the_cap", "50", 1, 60 * time.Second},
+		{"F4_capped_hint_has_no_room", "99999", 1, 60 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, url := serve(t, answer{503, map[string]string{"Retry-After": tc.ra}, ""})
+			r := newRig(t, url, func(o *Options) {
+				o.NoHintJitter = false
+				o.Rand = func() float64 { return tc.draw }
+				o.Retry.Attempts = 2
+				o.Retry.WaitTime = 0
+			})
+			fetch(t, r, Request{})
+			if got := r.waits(); len(got) != 1 || got[0] != tc.want {
+				t.Errorf("waits = %v, want [%v]", got, tc.want)
+			}
+		})
+	}
+}
+
+// F8 with Request.Attempts: a deferred re-fetch makes exactly one request and
+// ends exhausted with the server's hint. Mutation caught: ignore r.Attempts.
+func TestF8_RequestAttemptsOverride(t *testing.T) {
+	s, url := serve(t, answer{503, map[string]string{"Retry-After": "30"}, ""})
+	r := newRig(t, url, nil)
+	_, err := fetch(t, r, Request{Attempts: 1})
+	var re *RetryableError
+	if !errors.As(err, &re) || !re.Exhausted || re.RetryAfter != 30*time.Second {
+		t.Fatalf("err = %v, want exhausted retryable with a 30 s hint", err)
+	}
+	if n := s.count(); n != 1 {
+		t.Errorf("requests = %d, want 1", n)
+	}
+}

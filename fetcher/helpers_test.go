@@ -90,6 +90,7 @@ func newRig(t *testing.T, url string, edit func(*Options)) *rig {
 		AttemptTimeout: 10 * time.Second,
 		Clock:          r.mock,
 		Rand:           func() float64 { return 0.5 },
+		NoHintJitter:   true, // exact waits; TestF4_HintJitter covers the spread
 		Logger:         slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	if edit != nil {

@@ -63,7 +63,7 @@ type fakeFetcher struct {
 
 func (f *fakeFetcher) Fetch(ctx context.Context, r fetcher.Request) (*fetcher.Result, error) {
 	f.mu.Lock()
-	f.reqs = append(f.reqs, fetcher.Request{Paths: append([]string(nil), r.Paths...), BaseHash: r.BaseHash})
+	f.reqs = append(f.reqs, fetcher.Request{Paths: append([]string(nil), r.Paths...), BaseHash: r.BaseHash, Attempts: r.Attempts})
 	o := f.def
 	if f.gen != nil {
 		o = f.gen()

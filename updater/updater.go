@@ -353,12 +353,19 @@ func (u *Updater) runPolicy(ctx context.Context, it *item) {
 	if it.all {
 		paths = u.dirs
 	}
-	b, err := u.fetchBundle(ctx, paths, base)
+	// A deferred re-fetch is one request: the scheduler's rounds are its
+	// backoff (D3's one request per flat round). Merged with any other
+	// reason, the request gets the full retry policy.
+	attempts := 0
+	if it.reasons == reasonDeferred {
+		attempts = 1
+	}
+	b, err := u.fetchBundle(ctx, paths, base, attempts)
 	if err == nil {
 		err = u.store.ApplyPolicy(ctx, b)
 		if bm := (*BaseMismatchError)(nil); errors.As(err, &bm) {
 			u.log.Info("delta bundle on another base; fetching a full bundle", "base", bm.Base, "current", bm.Current)
-			b, err = u.fetchBundle(ctx, paths, "")
+			b, err = u.fetchBundle(ctx, paths, "", attempts)
 			if err == nil {
 				err = u.store.ApplyPolicy(ctx, b)
 			}
@@ -388,8 +395,8 @@ func (u *Updater) runPolicy(ctx context.Context, it *item) {
 // it (D5, D6), an exhausted retryable error arms it with the last hint (D1),
 // anything else arms nothing (D8). The fetcher itself logs the one WARNING
 // of a failed fetch (F9), so this only logs at DEBUG.
-func (u *Updater) fetchBundle(ctx context.Context, paths []string, base string) (*fetcher.PolicyBundle, error) {
-	res, err := u.fetch.Fetch(ctx, fetcher.Request{Paths: paths, BaseHash: base})
+func (u *Updater) fetchBundle(ctx context.Context, paths []string, base string, attempts int) (*fetcher.PolicyBundle, error) {
+	res, err := u.fetch.Fetch(ctx, fetcher.Request{Paths: paths, BaseHash: base, Attempts: attempts})
 	if err == nil && (res == nil || res.Bundle == nil) {
 		err = errors.New("updater: fetcher returned no bundle")
 	}

@@ -168,8 +168,14 @@ func TestU2_Requests(t *testing.T) {
 		{"update_intersects_dirs", []string{"a", "b/c"}, "h0", nil,
 			func(u *updater.Updater) { u.PolicyUpdate([]string{".", "b", "b/c", "x", "b/c"}) },
 			fetcher.Request{Paths: []string{"b/c"}, BaseHash: "h0"}},
-		{"deferred_uses_stored_hash", nil, "h0", nil,
-			func(u *updater.Updater) { u.Deferred() }, fetcher.Request{Paths: []string{"."}, BaseHash: "h0"}},
+		// D3: a deferred re-fetch is one request; the scheduler is its backoff.
+		// Catches: "it.reasons == reasonDeferred" -> "false" (a whole retry
+		// policy per flat round, several requests a round).
+		{"deferred_uses_stored_hash_and_one_attempt", nil, "h0", nil,
+			func(u *updater.Updater) { u.Deferred() }, fetcher.Request{Paths: []string{"."}, BaseHash: "h0", Attempts: 1}},
+		// Catches: "==" -> "&" (a connect merged with a deferral losing its retries).
+		{"connect_merged_with_deferred_keeps_full_retries", nil, "h0", nil,
+			func(u *updater.Updater) { u.Deferred(); u.Connect() }, fetcher.Request{Paths: []string{"."}, BaseHash: "h0"}},
 		// F11. Catches: aborting on a hash read failure.
 		{"F11_read_failure_degrades_to_full", nil, "h0", errors.New("store down"),
 			func(u *updater.Updater) { u.Connect() }, fetcher.Request{Paths: []string{"."}}},
@@ -183,11 +189,11 @@ func TestU2_Requests(t *testing.T) {
 					}
 				}
 				r.st.FailReads(tc.readErr)
+				tc.act(r.u) // queued before Run, so a merge is certain
 				r.start()
-				tc.act(r.u)
 				settle()
 				got := r.f.requests()
-				if len(got) != 1 || !slices.Equal(got[0].Paths, tc.want.Paths) || got[0].BaseHash != tc.want.BaseHash {
+				if len(got) != 1 || !slices.Equal(got[0].Paths, tc.want.Paths) || got[0].BaseHash != tc.want.BaseHash || got[0].Attempts != tc.want.Attempts {
 					t.Fatalf("requests %+v, want [%+v]", got, tc.want)
 				}
 			})

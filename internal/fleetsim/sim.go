@@ -40,7 +40,7 @@ type Policy int
 // The simulated policies, in table order.
 const (
 	Ours         Policy = iota // this project at its defaults
-	OursNoJitter               // the same with the deferral jitter (D2) off
+	OursNoJitter               // the same with the deferral jitter (D2) and the Retry-After spread (F4) off
 	PythonOPAL                 // the Python client on master (protocol §8)
 	OPABundle                  // OPA's bundle downloader, polling
 	// OursOneAttempt is ours with OPAL_POLICY_UPDATER_CONN_RETRY attempts=1:
@@ -319,6 +319,7 @@ func startOurs(ctx context.Context, i int, p Policy, connect time.Duration, rnd 
 		HTTPClient:    &http.Client{Transport: srv},
 		Clock:         clk,
 		Rand:          rnd,
+		NoHintJitter:  p == OursNoJitter,
 	})
 	a := &ours{done: make(chan struct{})}
 	so := scheduler.Options{Enabled: true, MaxRetryAfter: maxRetryAfter, MaxRounds: 20, Clock: clk, Rand: rnd,

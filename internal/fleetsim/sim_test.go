@@ -98,19 +98,21 @@ func TestIssue8_ScenarioA(t *testing.T) {
 		if r.Stale != 0 {
 			t.Fatalf("stale = %d, want 0", r.Stale)
 		}
-		// Connect at 0.1-0.2 s, two 503s with Retry-After 30 honoured in the
-		// fetch (F4), the third attempt at 60.1-60.2 s succeeds: 15.1-15.2 s
-		// after the recovery at 45 s.
-		for _, d := range []time.Duration{r.T50, r.T99, r.T100} {
-			if d < 15100*time.Millisecond || d > 15200*time.Millisecond {
-				t.Fatalf("recovery times %v %v %v, want within [15.1 s, 15.2 s]", r.T50, r.T99, r.T100)
-			}
+		// Connect at 0.1-0.2 s; the 503 with Retry-After 30 is honoured as a
+		// floor and spread into [30 s, 45 s] (F4), so the second attempt lands
+		// before or after the recovery at 45 s; an agent still refused
+		// exhausts its bound (60 s) and defers one round of [15 s, 30 s]
+		// (D2). Everyone holds the new policy within 30.2 s of recovery.
+		if r.T100 > 30200*time.Millisecond {
+			t.Fatalf("last agent recovered %v after recovery, want <= 30.2 s", r.T100)
 		}
-		if r.OutageRequests != 2 {
-			t.Fatalf("outage requests per agent = %v, want 2", r.OutageRequests)
+		// Catches the Retry-After spread dropped: every agent would then
+		// return at 60.1-60.2 s, within 0.1 s of each other.
+		if r.T100-r.T50 < time.Second {
+			t.Fatalf("recovery times %v %v %v are bunched, want spread by the jitter", r.T50, r.T99, r.T100)
 		}
-		if total(r.Timeline) != 3*n {
-			t.Fatalf("requests = %d, want %d", total(r.Timeline), 3*n)
+		if got := total(r.Timeline); got < 2*n || got > 3*n {
+			t.Fatalf("requests = %d, want between %d and %d", got, 2*n, 3*n)
 		}
 	})
 	t.Run("python_gives_up_after_5_attempts", func(t *testing.T) {
