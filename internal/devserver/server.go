@@ -34,6 +34,10 @@ type Options struct {
 	DataConfig json.RawMessage
 	// PolicyData is the body of /policy-data; nil serves {}.
 	PolicyData json.RawMessage
+	// DataDir holds data sources: each *.json file is served at
+	// DataSourcesPrefix+<its path>, and, unless DataConfig is set,
+	// /data/config lists one entry per file instead of the stock default.
+	DataDir string
 	// CallGetChannelID makes the server behave like one with
 	// OPAL_STATISTICS_ENABLED: it calls _get_channel_id_ on each client and
 	// answers subscribe only after that answer (§2.3).
@@ -126,6 +130,9 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("GET /data/config", s.handleDataConfig)
 	s.mux.HandleFunc("GET /policy-data", s.handlePolicyData)
 	s.mux.HandleFunc("GET /ws", s.handleWS)
+	s.mux.HandleFunc("GET "+DataSourcesPrefix+"{file...}", s.handleDataSource)
+	s.mux.HandleFunc("POST /admin/data-update", s.handleAdminDataUpdate)
+	s.mux.HandleFunc("POST /admin/publish", s.handleAdminPublish)
 	return s
 }
 
@@ -331,6 +338,15 @@ func (s *Server) handleDataConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.o.DataConfig != nil {
 		writeJSON(w, http.StatusOK, s.o.DataConfig)
+		return
+	}
+	if s.o.DataDir != "" {
+		entries, err := s.dataDirEntries(r.Host)
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, detail("data dir: "+err.Error()))
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": []any{map[string]any{
