@@ -7,7 +7,8 @@
 // Shutdown (Run's context ends): the pub/sub socket is closed first so no new
 // event is taken, then the data updater is stopped, the update in progress
 // sees the cancellation and finishes or aborts its store transaction cleanly
-// (U3), the deferral timer is cancelled (D5), and the HTTP servers shut down.
+// (U3), the deferral timer is cancelled (D5), and the HTTP servers shut down;
+// in offline mode the last backup is written before the store stops.
 package agent
 
 import (
@@ -127,6 +128,7 @@ type Agent struct {
 	data    DataUpdater
 	apiLn   net.Listener
 	apiSrv  *http.Server
+	off     offline // offline mode (offline.go)
 
 	policyTopics map[string]bool
 }
@@ -183,8 +185,10 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 		Logger:             a.log,
 	})
 	a.metrics = metrics.New(metrics.Options{
-		Clock: o.Clock, Version: o.Version, Flat: a.sched.Flat, Ready: a.ready, ProcessCollectors: true,
+		Clock: o.Clock, Version: o.Version, Flat: a.sched.Flat, Ready: a.serving, ProcessCollectors: true,
 	})
+	// Before anything connects: a valid backup makes the agent ready now.
+	a.setupOffline(ctx)
 
 	httpClient := &http.Client{Transport: o.Transport}
 	f := fetcher.New(fetcher.Options{
@@ -214,7 +218,7 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 
 	if cfg.DataUpdaterEnabled && o.NewDataUpdater != nil {
 		a.data, err = o.NewDataUpdater(DataDeps{
-			Config: cfg, Queue: a.queue, Store: a.store, Record: a.tracker.Record, Metrics: a.metrics,
+			Config: cfg, Queue: a.queue, Store: a.store, Record: a.recordData, Metrics: a.metrics,
 			HTTPClient: httpClient, Clock: o.Clock, Rand: o.Rand, Logger: a.log,
 		})
 		if err != nil {
@@ -237,10 +241,13 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 	}
 	apiOpts := api.Options{
 		Healthy: a.tracker.Healthy,
-		Ready:   a.ready,
+		Ready:   a.serving,
 		Metrics: a.metrics.Handler(),
-		Clock:   o.Clock,
-		Logger:  a.log,
+		// Offline mode: online:false health and the connectivity switches.
+		OfflineMode:  a.off.enabled,
+		Connectivity: a,
+		Clock:        o.Clock,
+		Logger:       a.log,
 	}
 	if cfg.PolicyUpdaterEnabled {
 		apiOpts.TriggerPolicy = func() {
@@ -374,6 +381,7 @@ func (a *Agent) onTransaction(tx updater.Transaction) {
 	}
 	a.tracker.Record(st)
 	a.metrics.Transaction(tx.ID, tx.Success, tx.Error, tx.Ended)
+	a.notifyBackup(tx.Success)
 	if a.o.OnTransaction != nil {
 		a.o.OnTransaction(st)
 	}
@@ -395,7 +403,7 @@ func (a *Agent) Metrics() *metrics.Metrics { return a.metrics }
 
 // Ready reports whether a policy has been loaded (and, with the data
 // updater, data: see ready).
-func (a *Agent) Ready() bool { return a.ready() }
+func (a *Agent) Ready() bool { return a.serving() }
 
 // Run serves until ctx ends or the client API fails, then shuts down in
 // order (see the package comment). It returns nil after a shutdown asked for
@@ -411,17 +419,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			apiErr <- err
 		}
 	})
+	a.startBackups() // before the first transaction
 	queueCtx, stopQueue := context.WithCancel(context.Background())
 	defer stopQueue()
 	wg.Go(func() { _ = a.queue.Run(queueCtx) })
-	psCtx, stopPS := context.WithCancel(context.Background())
-	defer stopPS()
-	psDone := make(chan struct{})
-	if a.ps != nil {
-		go func() { defer close(psDone); _ = a.ps.Run(psCtx) }()
-	} else {
-		close(psDone)
-	}
+	a.startPubSub() // unless offline mode keeps connectivity disabled
+	defer a.stopPubSub(true)
 	warnCtx, stopWarn := context.WithCancel(context.Background())
 	defer stopWarn()
 	staleTicker := a.clk.Ticker(a.o.StaleWarnInterval)
@@ -436,8 +439,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Error("client API failed; shutting down", "error", runErr)
 	}
 	// Stop taking events: the socket closes before anything else stops.
-	stopPS()
-	<-psDone
+	a.stopPubSub(true)
 	if a.data != nil {
 		a.data.Stop()
 	}
@@ -453,6 +455,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		_ = a.apiSrv.Close()
 	}
 	wg.Wait()
+	// After the last transaction, before the store goes: the final backup.
+	a.stopBackups(sctx)
 	if a.emb != nil {
 		if err := a.emb.Shutdown(sctx); err != nil {
 			a.log.Warn("embedded OPA shutdown", "error", err)
