@@ -21,6 +21,13 @@ user_roles contains role if {
 	some role in data.rbac.users[input.user].roles
 }
 
+# Accounts provisioned at runtime: the data updater writes them to
+# data.accounts (examples/data/accounts.json, then data updates), next to the
+# users shipped in this bundle.
+user_roles contains role if {
+	some role in data.accounts[input.user].roles
+}
+
 user_grants contains grant if {
 	some role in user_roles
 	some grant in data.rbac.roles[role]

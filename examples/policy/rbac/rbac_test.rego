@@ -11,3 +11,9 @@ test_editor_can_write if rbac.allow with input as {"user": "bob", "action": "wri
 test_viewer_cannot_write if not rbac.allow with input as {"user": "carol", "action": "write", "resource": "documents"}
 
 test_unknown_user_denied if not rbac.allow with input as {"user": "mallory", "action": "read", "resource": "documents"}
+
+test_runtime_account_roles_apply if rbac.allow with input as {"user": "dave", "action": "write", "resource": "documents"}
+	with data.accounts as {"dave": {"roles": ["editor"]}}
+
+test_runtime_viewer_cannot_write if not rbac.allow with input as {"user": "dave", "action": "write", "resource": "documents"}
+	with data.accounts as {"dave": {"roles": ["viewer"]}}

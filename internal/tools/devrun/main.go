@@ -1,7 +1,9 @@
 // Command devrun is `make run`: it starts the dev OPAL server on the example
-// policy (examples/policy) and the agent with its embedded OPA, waits until
-// the agent is ready, prints the curl commands that ask a decision and read
-// the metrics, and stays in the foreground until Ctrl-C stops both.
+// policy (examples/policy) and data sources (examples/data), and the agent
+// with its embedded OPA and data updater, waits until the agent is ready,
+// prints the curl commands that ask a decision, publish a data update that
+// changes it, and read the metrics, and stays in the foreground until Ctrl-C
+// stops both.
 //
 // It expects the binaries in ./bin (make build). Ports: server 7002, client
 // API 7000, OPA 8181 (override with -server-addr, -api-port, -opa-addr).
@@ -24,6 +26,7 @@ import (
 func main() {
 	bin := flag.String("bin", "bin", "directory holding opal-client and opal-devserver")
 	policy := flag.String("policy-dir", "examples/policy", "policy directory the dev server serves")
+	data := flag.String("data-dir", "examples/data", "data sources directory the dev server serves (base data)")
 	serverAddr := flag.String("server-addr", "127.0.0.1:7002", "dev server address")
 	apiPort := flag.String("api-port", "7000", "client API port")
 	opaAddr := flag.String("opa-addr", "127.0.0.1:8181", "embedded OPA address")
@@ -32,13 +35,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	server := exec.Command(*bin+"/opal-devserver", "-addr", *serverAddr, "-policy-dir", *policy)
+	server := exec.Command(*bin+"/opal-devserver", "-addr", *serverAddr, "-policy-dir", *policy, "-data-dir", *data)
 	agent := exec.Command(*bin+"/opal-client", "run")
 	agent.Env = append(os.Environ(),
 		"OPAL_SERVER_URL=http://"+*serverAddr,
 		"OPAL_CLIENT_API_SERVER_PORT="+*apiPort,
 		`OPAL_INLINE_OPA_CONFIG={"addr":"`+*opaAddr+`"}`,
-		"OPAL_DATA_UPDATER_ENABLED=false",
+		"OPAL_DATA_UPDATER_ENABLED=true",
 	)
 	for _, c := range []*exec.Cmd{server, agent} {
 		c.Stdout, c.Stderr = os.Stdout, os.Stderr
@@ -55,21 +58,31 @@ func main() {
 	ready := "http://127.0.0.1:" + *apiPort + "/ready"
 	if waitReady(ctx, ready, exited) {
 		fmt.Printf(`
-== opal-client is ready: the dev server serves %s, the agent loaded it into its embedded OPA.
-Ask a decision (alice is an admin; try carol/write too):
+== opal-client is ready: the dev server serves %[1]s (policy) and %[2]s (base data),
+the agent loaded both into its embedded OPA.
 
-  curl -s -X POST http://%s/v1/data/app/rbac/allow -d '{"input":{"user":"alice","action":"read","resource":"documents"}}'
+Ask a decision: may dave (a viewer, from %[2]s/accounts.json) write documents? false.
+
+  curl -s -X POST http://%[3]s/v1/data/app/rbac/allow -d '{"input":{"user":"dave","action":"write","resource":"documents"}}'
+
+Publish a data update through the dev server: it makes dave an editor.
+
+  curl -s -X POST http://%[5]s/admin/data-update -d '{"reason":"promote dave","entries":[{"url":"","topics":["policy_data"],"dst_path":"/accounts","save_method":"PATCH","data":[{"op":"add","path":"/dave/roles/-","value":"editor"}]}]}'
+
+Now run the decision curl again: the answer is true.
+(alice is an admin in the policy bundle; carol is a viewer.)
 
 Health, readiness and metrics:
 
-  curl -s http://127.0.0.1:%s/healthcheck
-  curl -s http://127.0.0.1:%s/ready
-  curl -s http://127.0.0.1:%s/metrics | grep ^opal_client
+  curl -s http://127.0.0.1:%[4]s/healthcheck
+  curl -s http://127.0.0.1:%[4]s/ready
+  curl -s http://127.0.0.1:%[4]s/metrics | grep ^opal_client
 
-Edit a file under %s: the dev server notices within 2 s and the agent applies the change.
+Edit a file under %[1]s: the dev server notices within 2 s and the agent applies the change.
+A reconnect (or curl -X POST http://127.0.0.1:%[4]s/data-updater/trigger) reloads the base data from %[2]s.
 Ctrl-C stops both.
 
-`, *policy, *opaAddr, *apiPort, *apiPort, *apiPort, *policy)
+`, *policy, *data, *opaAddr, *apiPort, *serverAddr)
 	}
 	select {
 	case <-ctx.Done():
