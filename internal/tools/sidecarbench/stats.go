@@ -27,7 +27,7 @@ func median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// percentile is the nearest-rank percentile (p in (0,100]): the smallest
+// percentile is the nearest-rank percentile (p in [0,100], p0 the minimum): the smallest
 // value with at least p% of the samples at or below it, so p99 of 200 samples
 // is the 198th smallest, a value that was actually measured.
 func percentile(ds []time.Duration, p float64) time.Duration {
