@@ -76,7 +76,7 @@ type Options struct {
 	OnRetry    func(Retry)    // called before every wait (F10)
 	// NoHintJitter honours a Retry-After hint exactly. By default the capped
 	// hint h is a floor and the wait is drawn uniformly from
-	// [h, h+min(h/2, MaxRetryAfter-h)]: never earlier than the server asked,
+	// [h, h+min(h, MaxRetryAfter-h)]: never earlier than the server asked,
 	// never over the cap, and a fleet told the same Retry-After does not
 	// come back in the same instant.
 	NoHintJitter bool
@@ -270,7 +270,7 @@ func (f *Fetcher) hintWait(h time.Duration) time.Duration {
 	if f.o.NoHintJitter || h <= 0 {
 		return h
 	}
-	spread := min(h/2, f.o.MaxRetryAfter-h)
+	spread := min(h, f.o.MaxRetryAfter-h)
 	return h + time.Duration(f.rand()*float64(spread))
 }
 

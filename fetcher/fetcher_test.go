@@ -366,7 +366,7 @@ func TestCancel_DuringWait(t *testing.T) {
 }
 
 // F4 with hint jitter (the default): the capped hint is a floor, the wait is
-// drawn from [h, h+min(h/2, cap-h)], so a fleet told the same Retry-After
+// drawn from [h, h+min(h, cap-h)], so a fleet told the same Retry-After
 // does not return in lockstep, and no wait passes the cap.
 func TestF4_HintJitter(t *testing.T) {
 	cases := []struct {
@@ -376,10 +376,10 @@ func TestF4_HintJitter(t *testing.T) {
 		want time.Duration
 	}{
 		// Mutation caught: "h + time.Duration(f.rand()*...)" -> "h" (no spread).
-		{"F4_hint_spread_upwards", "30", 1, 45 * time.Second},
+		{"F4_hint_spread_upwards", "20", 1, 40 * time.Second},
 		// Mutation caught: the spread drawn below the hint (h - ...).
 		{"F4_hint_is_a_floor", "30", 0, 30 * time.Second},
-		// Mutation caught: "min(h/2, cap-h)" -> "h/2" (a 40 s hint would wait 60 s+).
+		// Mutation caught: "min(h, cap-h)" -> "h" (a 50 s hint would wait 100 s).
 		{"F4_spread_never_passes_the_cap", "50", 1, 60 * time.Second},
 		{"F4_capped_hint_has_no_room", "99999", 1, 60 * time.Second},
 	}

@@ -99,7 +99,7 @@ func TestIssue8_ScenarioA(t *testing.T) {
 			t.Fatalf("stale = %d, want 0", r.Stale)
 		}
 		// Connect at 0.1-0.2 s; the 503 with Retry-After 30 is honoured as a
-		// floor and spread into [30 s, 45 s] (F4), so the second attempt lands
+		// floor and spread into [30 s, 60 s] (F4), so the second attempt lands
 		// before or after the recovery at 45 s; an agent still refused
 		// exhausts its bound (60 s) and defers one round of [15 s, 30 s]
 		// (D2). Everyone holds the new policy within 30.2 s of recovery.
