@@ -48,7 +48,7 @@ func (a *Agent) setupOffline(ctx context.Context) {
 	}
 	a.off.enabled = true
 	st, takenAt, err := backup.Restore(ctx, cfg.StoreBackupPath, a.emb.Import, a.log)
-	if err == nil && st != nil { // guard: mutation "if st != nil {" reports a refused backup as restored
+	if err == nil { // guard: mutation "if err != nil {" leaves a valid backup unused
 		a.off.restored, a.off.takenAt = true, takenAt
 		a.metrics.Restored(st.Hash, takenAt)
 	}
