@@ -40,7 +40,7 @@ func (a *Agent) setupOffline(ctx context.Context) {
 		}
 		return
 	}
-	if a.emb == nil { // guard: mutation "if false {" would restore into nothing (nil store) with an external OPA
+	if a.emb == nil { // guard: mutation "if false {" turns offline mode on without a store to restore into
 		// As in the Python client: the backup belongs to a store this
 		// process runs; an external OPA keeps its own state.
 		a.log.Warn("offline mode is ignored with an external OPA (OPAL_INLINE_OPA_ENABLED=false)")
@@ -69,7 +69,7 @@ func (a *Agent) setupOffline(ctx context.Context) {
 // from the server or restored from a backup, and, with OPAL_POLICY_MAX_AGE,
 // not behind for longer than that.
 func (a *Agent) serving() bool {
-	if max := a.cfg.PolicyMaxAge; max > 0 && a.metrics.Staleness().Stale() > max { // guard: mutation "if max := a.cfg.PolicyMaxAge; false {" ignores the max age
+	if max := a.cfg.PolicyMaxAge; max > 0 && a.metrics.Staleness().Stale() > max { // guard: mutation "max < 0" ignores the max age
 		return false
 	}
 	return a.off.restored || a.ready()
@@ -78,7 +78,7 @@ func (a *Agent) serving() bool {
 // notifyBackup tells the backup writer the store changed (a successful
 // policy or data transaction). It never blocks.
 func (a *Agent) notifyBackup(success bool) {
-	if w := a.off.writer.Load(); w != nil && success { // guard: mutation "if w := a.off.writer.Load(); w != nil {" backs up after failures too
+	if w := a.off.writer.Load(); w != nil && success { // guard: mutation "w != nil {" backs up after failures too
 		w.Notify()
 	}
 }
