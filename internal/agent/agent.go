@@ -424,7 +424,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopQueue()
 	wg.Go(func() { _ = a.queue.Run(queueCtx) })
 	a.startPubSub() // unless offline mode keeps connectivity disabled
-	defer a.stopPubSub(true)
 	warnCtx, stopWarn := context.WithCancel(context.Background())
 	defer stopWarn()
 	staleTicker := a.clk.Ticker(a.o.StaleWarnInterval)

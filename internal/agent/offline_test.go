@@ -134,6 +134,13 @@ func TestOffline_RestartWithBackup(t *testing.T) {
 		if err := h.shutdown(); err != nil {
 			t.Fatal(err)
 		}
+		// guards mutation "_ = a" for the socket's stop in Run
+		h.a.off.mu.Lock()
+		running := h.a.off.psCancel != nil
+		h.a.off.mu.Unlock()
+		if running {
+			t.Fatal("the pub/sub socket outlived shutdown")
+		}
 		if st, _, err := backup.Read(path); err != nil || st.Hash != srv.head() {
 			t.Fatalf("backup after the update: %v, err %v; want hash %s", st, err, srv.head())
 		}
