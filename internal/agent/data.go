@@ -38,7 +38,7 @@ func NewDataUpdater(d DataDeps) (DataUpdater, error) {
 		Clock:             d.Clock,
 		Rand:              d.Rand,
 		Logger:            d.Logger,
-		OnOutcome:         d.Metrics.DataEntry,
+		OnOutcome:         d.Metrics.DataEntry, // guard: mutation "nil" leaves data entries uncounted (TestE2E_Data/U3_bad_patch_leaves_data_unchanged)
 		OnArm:             func(string, int, time.Duration) { d.Metrics.DataDeferral() },
 		OnTransaction: func(tx updater.Transaction) {
 			if d.Record != nil {
@@ -55,6 +55,6 @@ func (a *Agent) ready() bool {
 	if !a.tracker.Ready() {
 		return false
 	}
-	// guard: mutation "return true" is ready before any data is loaded (TestE2E_Data/ready_needs_data)
+	// guard: mutation "return true" is ready before any data is loaded (TestE2E_Data/5_3_ready_needs_data)
 	return a.data == nil || a.tracker.Snapshot().DataStats.Successful > 0
 }
