@@ -41,9 +41,14 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
-## bench: Go benchmarks
+## bench: Go benchmarks, the store beside OPA's own activation, the fleet
+## outage simulator (10,000 agents, rewrites docs/fleet-a-timeline.svg) and the
+## sidecar beside `opa run --server`. Figures: docs/performance.md.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	$(GO) test -run '^$$' -bench . -benchmem ./fetcher ./scheduler ./updater
+	OPAL_PERF=1 $(GO) test -count=1 -run '^TestPerformanceReport$$' -v ./internal/store/embedded
+	OPAL_FLEETSIM=1 $(GO) test -count=1 -timeout 15m -run '^TestFleetSimulation$$' -v ./internal/fleetsim
+	$(GO) run ./internal/tools/sidecarbench
 
 ## run: the dev server on examples/policy and the agent with embedded OPA; prints a decision's curl; Ctrl-C stops both
 run: build
