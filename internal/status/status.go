@@ -155,11 +155,18 @@ func (t *Tracker) Record(tx Transaction) {
 	}
 }
 
-// Ready reports whether a policy has been applied.
+// Ready reports whether a policy has been applied and, when the data updater
+// runs, a data transaction has succeeded (protocol §5.3).
 func (t *Tracker) Ready() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.okPolicy
+	return t.readyLocked()
+}
+
+// readyLocked is §5.3's ready: a policy was applied and, when the data
+// updater runs, data was written too.
+func (t *Tracker) readyLocked() bool {
+	return t.okPolicy && (!t.opts.DataUpdaterEnabled || t.okData)
 }
 
 // Healthy returns nil when the last policy transaction succeeded, the data
@@ -196,7 +203,7 @@ func (t *Tracker) Snapshot() Snapshot {
 	policyOK := t.lastPolicy != nil && t.lastPolicy.Success
 	dataOK := !t.opts.DataUpdaterEnabled || (t.lastData != nil && t.lastData.Success)
 	return Snapshot{
-		Ready:            t.okPolicy,
+		Ready:            t.readyLocked(),
 		Healthy:          policyOK && dataOK,
 		LastPolicy:       clone(t.lastPolicy),
 		LastFailedPolicy: clone(t.failedPolicy),

@@ -40,7 +40,8 @@ func TestReadyHealthy(t *testing.T) {
 		{"later_policy_failure_is_unhealthy", false, nil, []Transaction{tx(TypePolicy, true), tx(TypePolicy, false)}, true, false},
 		{"success_after_failure_is_healthy", false, nil, []Transaction{tx(TypePolicy, false), tx(TypePolicy, true)}, true, true},
 		{"unreachable_store_is_unhealthy", false, errors.New("down"), []Transaction{tx(TypePolicy, true)}, true, false},
-		{"data_enabled_needs_data_success", true, nil, []Transaction{tx(TypePolicy, true)}, true, false},
+		// §5.3. Catches: readiness ignoring the data updater.
+		{"data_enabled_needs_data_success", true, nil, []Transaction{tx(TypePolicy, true)}, false, false},
 		{"data_enabled_data_ok", true, nil, []Transaction{tx(TypePolicy, true), tx(TypeData, true)}, true, true},
 		{"data_later_failure_is_unhealthy", true, nil, []Transaction{tx(TypePolicy, true), tx(TypeData, true), tx(TypeData, false)}, true, false},
 		{"data_disabled_ignores_data_failure", false, nil, []Transaction{tx(TypePolicy, true), tx(TypeData, false)}, true, true},
