@@ -118,7 +118,7 @@ func Targets(scs []Scenario, results map[string][]Result) []Verdict {
 
 // svgColors are the line colours, by Policy.
 var svgColors = map[Policy]string{
-	Ours: "#1f77b4", OursNoJitter: "#d62728", OursOneAttempt: "#2ca02c", PythonOPAL: "#9467bd", OPABundle: "#ff7f0e",
+	Ours: "#1f77b4", OursNoJitter: "#d62728", OursOneAttempt: "#2ca02c", OursMaxRetryAfter120: "#8c564b", PythonOPAL: "#9467bd", OPABundle: "#ff7f0e",
 }
 
 // WriteSVG draws the server's requests per second over the first span of
@@ -126,8 +126,8 @@ var svgColors = map[Policy]string{
 // thousands of a stampede and the tens of a spread-out fleet both show.
 func WriteSVG(w io.Writer, sc Scenario, rs []Result, span time.Duration) error {
 	const (
-		width, height          = 900.0, 420.0
-		left, right, top, bott = 70.0, 230.0, 40.0, 50.0
+		width, height          = 960.0, 420.0 // room for the longest legend label
+		left, right, top, bott = 70.0, 290.0, 40.0, 50.0
 	)
 	secs := int(span / time.Second)
 	peak := 1

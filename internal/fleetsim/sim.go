@@ -47,10 +47,14 @@ const (
 	// a configuration, not the default, shown because every fetch then
 	// defers through the jittered scheduler instead of retrying in-fetch.
 	OursOneAttempt
+	// OursMaxRetryAfter120 is ours with OPAL_POLICY_UPDATER_MAX_RETRY_AFTER
+	// 120: a configuration, not the default, shown because it is the
+	// operator's lever on D3's flat cadence (fewer requests, slower recovery).
+	OursMaxRetryAfter120
 )
 
 // Policies lists every Policy, in table order.
-var Policies = []Policy{Ours, OursNoJitter, OursOneAttempt, PythonOPAL, OPABundle}
+var Policies = []Policy{Ours, OursNoJitter, OursOneAttempt, OursMaxRetryAfter120, PythonOPAL, OPABundle}
 
 func (p Policy) String() string {
 	switch p {
@@ -64,6 +68,8 @@ func (p Policy) String() string {
 		return "opa bundle polling"
 	case OursOneAttempt:
 		return "ours, attempts=1 (config)"
+	case OursMaxRetryAfter120:
+		return "ours, MAX_RETRY_AFTER=120 (config)"
 	}
 	return "unknown"
 }
@@ -265,7 +271,7 @@ func Run(sc Scenario, p Policy, cfg Config) Result {
 		connect := pubsub.Backoff(1, rand.New(rand.NewPCG(cfg.Seed, uint64(i)<<1)).Float64())
 		rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(i)<<1|1)).Float64
 		switch p {
-		case Ours, OursNoJitter, OursOneAttempt:
+		case Ours, OursNoJitter, OursOneAttempt, OursMaxRetryAfter120:
 			agents[i] = startOurs(ctx, i, p, connect, rnd, clk, srv, rec)
 		case PythonOPAL:
 			agents[i] = startPython(ctx, i, connect, rnd, clk, srv, rec)
@@ -308,6 +314,9 @@ func startOurs(ctx context.Context, i int, p Policy, connect time.Duration, rnd 
 
 	// Defaults of the OPAL_POLICY_UPDATER_* variables (docs/configuration.md).
 	maxRetryAfter := 60 * time.Second
+	if p == OursMaxRetryAfter120 {
+		maxRetryAfter = 120 * time.Second // caps the hint (F4), bounds the fetch (F7), ceilings D2/D3
+	}
 	retry := config.DefaultPolicyUpdaterConnRetry()
 	if p == OursOneAttempt {
 		retry.Attempts = 1

@@ -147,6 +147,24 @@ func TestIssue8_ScenarioDPlus(t *testing.T) {
 	}
 }
 
+// TestIssue8_MaxRetryAfter120 checks that the MAX_RETRY_AFTER=120 row runs
+// with the raised cap. A 503 with Retry-After 99999 until 100 s: capped at
+// 120 s (no room to spread, F4) and inside the 120 s bound (F7), each agent
+// waits once and its second request, at 120.1-120.2 s, succeeds. Catches the
+// row running at the default 60 s (a second 503 at 60.1 s, then a deferral).
+func TestIssue8_MaxRetryAfter120(t *testing.T) {
+	const n = 20
+	sc := Scenario{Name: "cap", Phases: []Phase{{100 * time.Second, http.StatusServiceUnavailable, "99999"}}, Tail: time.Minute}
+	var r Result
+	synctest.Test(t, func(t *testing.T) { r = Run(sc, OursMaxRetryAfter120, Config{Agents: n, Seed: 5}) })
+	if r.OutageRequests != 1 || total(r.Timeline) != 2*n {
+		t.Fatalf("requests per agent in outage = %v (total %d), want 1 (total %d)", r.OutageRequests, total(r.Timeline), 2*n)
+	}
+	if r.Stale != 0 || r.T50 < 20100*time.Millisecond || r.T100 > 20200*time.Millisecond {
+		t.Fatalf("stale = %d, T50/T100 = %v/%v, want all within [20.1 s, 20.2 s]", r.Stale, r.T50, r.T100)
+	}
+}
+
 func total(tl []int) int {
 	s := 0
 	for _, c := range tl {
