@@ -10,7 +10,7 @@
 //	-	if hint > max {
 //	+	if hint > max+time.Hour {
 //
-// The "-" line must equal exactly one line of the file after trimming space
+// The "-" line must equal exactly one line of the file, white space folded
 // (add "nth: K" to pick the K-th of several equal lines). Optional keys:
 // "pkg: ./a ./b" (packages to test; default the file's own) and "run: Regex"
 // (passed to go test -run). The tree is never modified: each mutant is built
@@ -133,7 +133,7 @@ func try(root, dir string, m mutation, timeout time.Duration) result {
 	seen := 0
 	idx := -1
 	for i, l := range lines {
-		if strings.TrimSpace(l) == m.from {
+		if squash(l) == squash(m.from) {
 			seen++
 			if seen == m.nth {
 				idx = i
@@ -183,6 +183,10 @@ func try(root, dir string, m mutation, timeout time.Duration) result {
 	res.status = "killed"
 	return res
 }
+
+// squash folds runs of white space, so gofmt re-aligning a block does not
+// break the lists.
+func squash(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func tail(b []byte) string {
 	s := strings.TrimSpace(string(b))
