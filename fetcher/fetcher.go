@@ -82,6 +82,22 @@ type Options struct {
 	NoHintJitter bool
 }
 
+// PolicyOptions returns the Options that c's OPAL_ variables set for policy
+// fetches (server, token, scope, retry policy, hint cap, attempt timeout,
+// size limit). The caller adds the clock, random source, client, logger
+// and hooks.
+func PolicyOptions(c *config.Config) Options {
+	return Options{
+		ServerURL:      c.ServerURL,
+		Token:          c.ClientToken,
+		ScopeID:        c.ScopeID,
+		Retry:          c.PolicyUpdaterConnRetry,
+		MaxRetryAfter:  c.PolicyUpdaterMaxRetryAfter,
+		AttemptTimeout: c.PolicyFetchAttemptTimeout,
+		MaxBodyBytes:   c.PolicyBundleMaxBytes,
+	}
+}
+
 // Attempt is the outcome of one request.
 type Attempt struct {
 	N             int // 1-based

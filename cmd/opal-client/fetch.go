@@ -64,23 +64,14 @@ func runFetch(ctx context.Context, e cmdEnv) int {
 		paths = cfg.PolicySubscriptionDirs
 	}
 	log := cfg.Logger(e.stderr)
-	f := fetcher.New(fetcher.Options{
-		ServerURL:      cfg.ServerURL,
-		Token:          cfg.ClientToken,
-		ScopeID:        cfg.ScopeID,
-		Retry:          cfg.PolicyUpdaterConnRetry,
-		MaxRetryAfter:  cfg.PolicyUpdaterMaxRetryAfter,
-		AttemptTimeout: cfg.PolicyFetchAttemptTimeout,
-		MaxBodyBytes:   cfg.PolicyBundleMaxBytes,
-		HTTPClient:     &http.Client{Transport: e.transport},
-		Clock:          e.clock,
-		Rand:           e.rand,
-		Logger:         log,
-		OnRetry: func(r fetcher.Retry) {
-			log.Info("retrying policy fetch", "attempt", r.Attempt, "status", r.Outcome.Status,
-				"class", r.Outcome.Class, "wait", r.Wait, "error", errString(r.Outcome.Err))
-		},
-	})
+	fo := fetcher.PolicyOptions(cfg)
+	fo.HTTPClient = &http.Client{Transport: e.transport}
+	fo.Clock, fo.Rand, fo.Logger = e.clock, e.rand, log
+	fo.OnRetry = func(r fetcher.Retry) {
+		log.Info("retrying policy fetch", "attempt", r.Attempt, "status", r.Outcome.Status,
+			"class", r.Outcome.Class, "wait", r.Wait, "error", errString(r.Outcome.Err))
+	}
+	f := fetcher.New(fo)
 	res, err := f.Fetch(ctx, fetcher.Request{Paths: paths, BaseHash: *baseHash})
 
 	sum := fetchSummary{Attempts: res.Attempts, ElapsedSeconds: res.Elapsed.Seconds(), LastStatus: res.LastStatus, Error: errString(err)}

@@ -191,21 +191,11 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 	a.setupOffline(ctx)
 
 	httpClient := &http.Client{Transport: o.Transport}
-	f := fetcher.New(fetcher.Options{
-		ServerURL:      cfg.ServerURL,
-		Token:          cfg.ClientToken,
-		ScopeID:        cfg.ScopeID,
-		Retry:          cfg.PolicyUpdaterConnRetry,
-		MaxRetryAfter:  cfg.PolicyUpdaterMaxRetryAfter,
-		AttemptTimeout: cfg.PolicyFetchAttemptTimeout,
-		MaxBodyBytes:   cfg.PolicyBundleMaxBytes,
-		HTTPClient:     httpClient,
-		Clock:          o.Clock,
-		Rand:           o.Rand,
-		Logger:         a.log,
-		OnAttempt:      func(at fetcher.Attempt) { a.metrics.FetchAttempt(at.Class, at.Status) },
-		OnRetry:        func(r fetcher.Retry) { a.metrics.FetchRetry(r.Outcome.Class) },
-	})
+	fo := fetcher.PolicyOptions(cfg)
+	fo.HTTPClient, fo.Clock, fo.Rand, fo.Logger = httpClient, o.Clock, o.Rand, a.log
+	fo.OnAttempt = func(at fetcher.Attempt) { a.metrics.FetchAttempt(at.Class, at.Status) }
+	fo.OnRetry = func(r fetcher.Retry) { a.metrics.FetchRetry(r.Outcome.Class) }
+	f := fetcher.New(fo)
 	a.queue = updater.New(updater.Options{
 		Store:         measuredStore{a.store, a.metrics, o.Clock},
 		Fetcher:       measuredFetcher{f, a.metrics},
