@@ -220,11 +220,16 @@ func (c *Client) session(ctx context.Context) (up time.Duration, err error) {
 	if base == nil {
 		base = (&net.Dialer{}).DialContext
 	}
+	// gorilla stops watching ctx once TCP is up: a server that accepts but
+	// never answers the upgrade would hold a cancelled Run (SIGTERM) until
+	// the handshake deadline. Closing the socket on ctx.Done ends the read.
+	var unwatch func() bool
 	d.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		nc, err := base(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
+		unwatch = context.AfterFunc(ctx, func() { nc.Close() })
 		return &liveConn{Conn: nc, touch: s.touch}, nil
 	}
 	d.HandshakeTimeout = 0 // bounded below on the injected clock instead
@@ -234,6 +239,10 @@ func (c *Client) session(ctx context.Context) (up time.Duration, err error) {
 	}
 	hctx, cancel := c.o.Clock.WithTimeout(ctx, c.o.HandshakeTimeout)
 	conn, resp, err := d.DialContext(hctx, c.o.URL, hdr)
+	if unwatch != nil && !unwatch() && err == nil {
+		conn.Close() // the watch fired after the handshake: hctx is done
+		err = hctx.Err()
+	}
 	cancel()
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()

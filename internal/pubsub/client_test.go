@@ -447,3 +447,26 @@ func TestProtocol_2_6_KeepAlive(t *testing.T) {
 		h.stop()
 	})
 }
+
+// TestShutdown_SilentHandshakeServer (§6 shutdown on SIGTERM): a server
+// that accepts TCP but never answers the upgrade must not hold a cancelled
+// Run until the 30 s handshake timeout. Mutation: the AfterFunc watch that
+// closes the socket on ctx.Done is dropped.
+func TestShutdown_SilentHandshakeServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPeer(t)
+		p.silent = true
+		h := start(t, p, nil)
+		synctest.Wait()
+		if n := len(p.dialTimes()); n != 1 {
+			t.Fatalf("dials = %d, want 1 (upgrade sent)", n)
+		}
+		t0 := time.Now()
+		if err := h.stop(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v, want context.Canceled", err)
+		}
+		if d := time.Since(t0); d != 0 {
+			t.Fatalf("Run returned %v after cancel, want at once", d)
+		}
+	})
+}

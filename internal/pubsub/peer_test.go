@@ -26,6 +26,7 @@ type peer struct {
 	mu     sync.Mutex
 	refuse int  // handshake status to answer with; 0 accepts
 	noPump bool // accepted conns are not read: a silently dead peer
+	silent bool // the upgrade request is read but never answered
 	dials  []time.Time
 	auth   []string
 	conns  chan *srvConn
@@ -91,8 +92,11 @@ func (p *peer) accept(nc net.Conn) {
 	p.mu.Lock()
 	p.dials = append(p.dials, time.Now()) // virtual time inside the bubble
 	p.auth = append(p.auth, req.Header.Get("Authorization"))
-	status, noPump := p.refuse, p.noPump
+	status, noPump, silent := p.refuse, p.noPump, p.silent
 	p.mu.Unlock()
+	if silent {
+		return // TCP up, no upgrade answer: the socket stays open
+	}
 	if status != 0 {
 		fmt.Fprintf(nc, "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", status, http.StatusText(status))
 		nc.Close()
