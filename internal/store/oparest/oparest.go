@@ -316,14 +316,20 @@ func dataURL(p []string) string {
 }
 
 // do sends one call with the bounded retry: 5xx and transport errors are
-// tried again up to the attempts, other statuses are final.
+// tried again up to the attempts, other statuses are final. A PATCH is sent
+// once: it is not idempotent (an "add" at "/-" appends again), and a lost
+// answer may hide an applied patch.
 func (s *Store) do(ctx context.Context, method, path, ctype string, body []byte, ok ...int) ([]byte, error) {
+	attempts := s.attempts
+	if method == http.MethodPatch {
+		attempts = 1
+	}
 	for n := 1; ; n++ {
 		status, resp, err := s.once(ctx, method, path, ctype, body, ok...)
 		if err == nil {
 			return resp, nil
 		}
-		if (status != 0 && status < 500) || n >= s.attempts || ctx.Err() != nil {
+		if (status != 0 && status < 500) || n >= attempts || ctx.Err() != nil {
 			return nil, err
 		}
 		s.log.Debug("opa write failed, retrying", "method", method, "path", path, "attempt", n, "error", err)

@@ -37,6 +37,9 @@ type remote struct {
 	writes int
 	failAt int // fail (500) every policy write from this one on (0 = never)
 	auth   []string
+	// lostPatch applies each PATCH, then answers 500 (a lost answer).
+	lostPatch bool
+	patches   int
 }
 
 func newRemote(t *testing.T) *remote {
@@ -64,7 +67,16 @@ func newRemote(t *testing.T) *remote {
 			r.writes++
 		}
 		fail := write && policy && r.failAt > 0 && r.writes >= r.failAt
+		lost := req.Method == "PATCH" && r.lostPatch
+		if req.Method == "PATCH" {
+			r.patches++
+		}
 		r.mu.Unlock()
+		if lost {
+			proxy.ServeHTTP(httptest.NewRecorder(), req)
+			http.Error(w, `{"code":"internal_error"}`, http.StatusInternalServerError)
+			return
+		}
 		if fail {
 			http.Error(w, `{"code":"internal_error"}`, http.StatusInternalServerError)
 			return
