@@ -208,10 +208,11 @@ func Variables() []string {
 
 // Accepted-value phrases, shared by the error lines and the docs.
 const (
-	acceptBool     = "true, false, 1 or 0 (any case)"
-	acceptSeconds  = "a number of seconds >= 0"
-	acceptPositive = "a number of seconds > 0"
-	acceptRetry    = `a JSON object like {"wait_strategy":"fixed|exponential|random_exponential","wait_time":2,"attempts":2,"max_wait":10}`
+	acceptBool      = "true, false, 1 or 0 (any case)"
+	acceptSeconds   = "a number of seconds >= 0"
+	acceptPositive  = "a number of seconds > 0"
+	acceptRetry     = `a JSON object like {"wait_strategy":"fixed|exponential|random_exponential","wait_time":2,"attempts":2,"max_wait":10}`
+	acceptCallbacks = `{"callbacks":["url", ...]} or a ','-separated list of URLs`
 )
 
 // parser turns the raw strings into typed values, keeping the first error.
@@ -222,6 +223,14 @@ type parser struct {
 func (p *parser) fail(name, value, accepted, reason string) {
 	if p.err == nil {
 		p.err = newError(name, value, accepted, reason, false)
+	}
+}
+
+// failSecret is fail for a value that may hold a secret (a callback's
+// headers): the line shows *** and only the reason.
+func (p *parser) failSecret(name, value, accepted, reason string) {
+	if p.err == nil {
+		p.err = newError(name, value, accepted, reason, true)
 	}
 }
 
@@ -301,7 +310,7 @@ func (p *parser) url(name string, v *string, def string) string {
 	s := get(v, def)
 	u, err := url.Parse(s)
 	if err != nil || u.Scheme == "" || u.Host == "" {
-		p.fail(name, s, "an absolute URL such as http://host:port", "")
+		p.fail(name, redactURL(s), "an absolute URL such as http://host:port", "")
 		return def
 	}
 	return strings.TrimRight(s, "/")
@@ -454,7 +463,7 @@ func (p *parser) callbacks(name string, v *string, def []string) []string {
 		Callbacks []json.RawMessage `json:"callbacks"`
 	}
 	if err := json.Unmarshal([]byte(s), &m); err != nil {
-		p.fail(name, s, `{"callbacks":["url", ...]} or a ','-separated list of URLs`, err.Error())
+		p.failSecret(name, s, acceptCallbacks, err.Error())
 		return def
 	}
 	out := []string{}
@@ -463,7 +472,7 @@ func (p *parser) callbacks(name string, v *string, def []string) []string {
 		var pair []json.RawMessage
 		if json.Unmarshal(raw, &u) != nil {
 			if json.Unmarshal(raw, &pair) != nil || len(pair) == 0 || json.Unmarshal(pair[0], &u) != nil {
-				p.fail(name, s, `{"callbacks":["url", ...]} or a ','-separated list of URLs`, "a callback is neither a URL nor [URL, config]")
+				p.failSecret(name, s, acceptCallbacks, "a callback is neither a URL nor [URL, config]")
 				return def
 			}
 		}
@@ -591,12 +600,13 @@ func (c *Config) DataTopicNames() []string {
 }
 
 // Masked returns the configuration keyed by variable name, with the secrets
-// (ClientToken, PolicyStoreAuthToken) replaced by "***" when set.
+// (ClientToken, PolicyStoreAuthToken) replaced by "***" when set and the
+// URLs' user info, query values and fragments by "xxxxx".
 func (c *Config) Masked() map[string]any {
 	return map[string]any{
-		"OPAL_SERVER_URL":                                c.ServerURL,
-		"OPAL_SERVER_WS_URL":                             c.ServerWSURL,
-		"OPAL_SERVER_PUBSUB_URL":                         c.ServerPubSubURL,
+		"OPAL_SERVER_URL":                                redactURL(c.ServerURL),
+		"OPAL_SERVER_WS_URL":                             redactURL(c.ServerWSURL),
+		"OPAL_SERVER_PUBSUB_URL":                         redactURL(c.ServerPubSubURL),
 		"OPAL_CLIENT_TOKEN":                              mask(c.ClientToken),
 		"OPAL_POLICY_UPDATER_ENABLED":                    c.PolicyUpdaterEnabled,
 		"OPAL_POLICY_SUBSCRIPTION_DIRS":                  strings.Join(c.PolicySubscriptionDirs, ":"),
@@ -608,18 +618,18 @@ func (c *Config) Masked() map[string]any {
 		"OPAL_POLICY_FETCH_ATTEMPT_TIMEOUT":              c.PolicyFetchAttemptTimeout.Seconds(),
 		"OPAL_DATA_UPDATER_ENABLED":                      c.DataUpdaterEnabled,
 		"OPAL_DATA_TOPICS":                               strings.Join(c.DataTopics, ","),
-		"OPAL_DEFAULT_DATA_SOURCES_CONFIG_URL":           c.DefaultDataSourcesConfigURL,
+		"OPAL_DEFAULT_DATA_SOURCES_CONFIG_URL":           redactURL(c.DefaultDataSourcesConfigURL),
 		"OPAL_DATA_UPDATER_CONN_RETRY":                   c.DataUpdaterConnRetry.String(),
 		"OPAL_SPLIT_ROOT_DATA":                           c.SplitRootData,
 		"OPAL_SHOULD_REPORT_ON_DATA_UPDATES":             c.ShouldReportOnDataUpdates,
-		"OPAL_DEFAULT_UPDATE_CALLBACKS":                  strings.Join(c.DefaultUpdateCallbacks, ","),
+		"OPAL_DEFAULT_UPDATE_CALLBACKS":                  strings.Join(redactURLs(c.DefaultUpdateCallbacks), ","),
 		"OPAL_FETCHING_CALLBACK_TIMEOUT":                 c.FetchingCallbackTimeout.Seconds(),
 		"OPAL_HTTP_FETCHER_TIMEOUT":                      c.HTTPFetcherTimeout.Seconds(),
 		"OPAL_KEEP_ALIVE_INTERVAL":                       int(c.KeepAliveInterval / time.Second),
 		"OPAL_PUBSUB_MAX_MESSAGE_BYTES":                  c.PubSubMaxMessageBytes,
 		"OPAL_SCOPE_ID":                                  c.ScopeID,
 		"OPAL_POLICY_STORE_TYPE":                         c.PolicyStoreType,
-		"OPAL_POLICY_STORE_URL":                          c.PolicyStoreURL,
+		"OPAL_POLICY_STORE_URL":                          redactURL(c.PolicyStoreURL),
 		"OPAL_POLICY_STORE_AUTH_TYPE":                    c.PolicyStoreAuthType,
 		"OPAL_POLICY_STORE_AUTH_TOKEN":                   mask(c.PolicyStoreAuthToken),
 		"OPAL_POLICY_STORE_CONN_RETRY":                   c.PolicyStoreConnRetry.String(),

@@ -135,6 +135,18 @@ func TestBadValues(t *testing.T) {
 		{"store_backup_interval_zero", "OPAL_STORE_BACKUP_INTERVAL", "0", "> 0"},
 		{"offline_mode_yes", "OPAL_OFFLINE_MODE_ENABLED", "yes", "true, false, 1 or 0"},
 		{"policy_max_age_negative", "OPAL_POLICY_MAX_AGE", "-5", ">= 0"},
+		// Finding 1: a bad value never shows a secret. A callback's config may
+		// hold headers. Mutation caught: failSecret -> fail in callbacks.
+		{"secret_callback_headers_not_shown", "OPAL_DEFAULT_UPDATE_CALLBACKS",
+			`{"callbacks":[["http://cb",{"headers":{"Authorization":"Bearer SECRET"}}],5]}`, "callbacks"},
+		{"secret_callbacks_json_error_not_shown", "OPAL_DEFAULT_UPDATE_CALLBACKS",
+			`{"callbacks":[["http://cb",{"headers":{"Authorization":"Bearer SECRET"}}]}`, "callbacks"},
+		// Mutation caught: p.url quoting s instead of redactURL(s).
+		{"secret_url_userinfo_not_shown", "OPAL_SERVER_URL", "http://user:SECRET@host:port/", "absolute URL"},
+		// Mutation caught: the '@' cut of redactRawURL dropped.
+		{"secret_opaque_userinfo_not_shown", "OPAL_SERVER_URL", "user:SECRET@host:7002", "absolute URL"},
+		// Mutation caught: the '?' cut of redactRawURL dropped.
+		{"secret_url_query_not_shown", "OPAL_POLICY_STORE_URL", "http://host:port/?token=SECRET", "absolute URL"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,6 +206,38 @@ func TestMaskedAndLogger(t *testing.T) {
 	c.Logger(&out).Debug("hello")
 	if !strings.HasPrefix(out.String(), `{"time"`) {
 		t.Errorf("LOG_SERIALIZE=true DEBUG: got %q", out.String())
+	}
+}
+
+// Finding 1: Masked shows the URLs without user info, query values or
+// fragments, and keeps the rest readable.
+func TestMaskedRedactsURLs(t *testing.T) {
+	c, err := load(t, map[string]string{
+		"OPAL_SERVER_URL":                      "https://tok-SECRET@srv:7002",
+		"OPAL_DEFAULT_DATA_SOURCES_CONFIG_URL": "http://cfg/data?token=SECRET&scope=a",
+		"OPAL_DEFAULT_UPDATE_CALLBACKS":        "http://u:SECRET@cb/report,http://cb2/r#SECRET",
+		"OPAL_POLICY_STORE_URL":                "http://opa:8181/?x=1;t=SECRET",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Masked()
+	cases := []struct{ name, key, want string }{
+		// Mutation caught: Masked showing c.ServerURL unredacted.
+		{"server_url_user", "OPAL_SERVER_URL", "https://xxxxx@srv:7002"},
+		{"derived_pubsub_url_user", "OPAL_SERVER_PUBSUB_URL", "wss://xxxxx@srv:7002/ws"},
+		// Mutation caught: query values kept.
+		{"query_values", "OPAL_DEFAULT_DATA_SOURCES_CONFIG_URL", "http://cfg/data?scope=xxxxx&token=xxxxx"},
+		// Mutation caught: Masked joining the callbacks unredacted; fragment kept.
+		{"callbacks", "OPAL_DEFAULT_UPDATE_CALLBACKS", "http://xxxxx@cb/report,http://cb2/r#xxxxx"},
+		{"malformed_query_hidden", "OPAL_POLICY_STORE_URL", "http://opa:8181/?xxxxx"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := m[tc.key]; got != tc.want {
+				t.Errorf("%s = %v, want %s", tc.key, got, tc.want)
+			}
+		})
 	}
 }
 
