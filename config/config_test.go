@@ -124,6 +124,11 @@ func TestBadValues(t *testing.T) {
 		{"conn_retry_bad_strategy", "OPAL_POLICY_UPDATER_CONN_RETRY", `{"wait_strategy":"linear"}`, "JSON object"},
 		{"conn_retry_zero_attempts", "OPAL_POLICY_UPDATER_CONN_RETRY", `{"attempts":0}`, "JSON object"},
 		{"conn_retry_negative_wait", "OPAL_POLICY_STORE_CONN_RETRY", `{"wait_time":-1}`, "JSON object"},
+		// Finding 2: only one JSON object. Mutation caught: the '{' check dropped.
+		{"conn_retry_null", "OPAL_POLICY_UPDATER_CONN_RETRY", "null", "JSON object"},
+		// Mutation caught: json.Unmarshal -> a Decoder (reads the first value only).
+		{"conn_retry_trailing_text", "OPAL_DATA_UPDATER_CONN_RETRY", `{"attempts":3} x`, "JSON object"},
+		{"conn_retry_two_objects", "OPAL_POLICY_STORE_CONN_RETRY", `{"attempts":3}{"attempts":4}`, "JSON object"},
 		{"server_url_relative", "OPAL_SERVER_URL", "localhost:7002", "absolute URL"},
 		{"auth_oauth_not_supported", "OPAL_POLICY_STORE_AUTH_TYPE", "oauth", "none or token"},
 		{"auth_tls_not_supported", "OPAL_POLICY_STORE_AUTH_TYPE", "tls", "none or token"},
@@ -343,5 +348,8 @@ func TestConnRetryOptions_ModelDefaults(t *testing.T) {
 	}
 	if err := o.Decode(`{"max_wait":1e300}`); err != nil || o.MaxWait != maxDuration {
 		t.Errorf("huge max_wait: %+v %v", o, err)
+	}
+	if err := o.Decode("\n {\"attempts\":3} \n"); err != nil || o.Attempts != 3 {
+		t.Errorf("surrounding white space: %+v %v", o, err)
 	}
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -43,6 +44,8 @@ func DefaultConnRetryOptions() ConnRetryOptions {
 // UnmarshalJSON decodes the model's JSON ({"wait_strategy", "wait_time",
 // "attempts", "max_wait"}, times in float seconds). Missing keys take the
 // model defaults; unknown keys are ignored (pydantic v1 does the same).
+// Anything but one JSON object is an error, null and trailing text included
+// (pydantic refuses null too; silently taking the defaults would hide a typo).
 func (o *ConnRetryOptions) UnmarshalJSON(b []byte) error {
 	var raw struct {
 		WaitStrategy *string  `json:"wait_strategy"`
@@ -50,8 +53,10 @@ func (o *ConnRetryOptions) UnmarshalJSON(b []byte) error {
 		Attempts     *float64 `json:"attempts"`
 		MaxWait      *float64 `json:"max_wait"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&raw); err != nil {
+	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	if err := json.Unmarshal(b, &raw); err != nil { // unlike a Decoder, refuses trailing text
 		return fmt.Errorf("not a JSON object: %v", err)
 	}
 	v := DefaultConnRetryOptions()
