@@ -54,6 +54,21 @@ const (
 // smaller one (or 0) is raised to it so a bad config cannot spin.
 const MinPeriodicInterval = time.Second
 
+// MaxPeriodicInterval is the longest periodic_update_interval honoured; a
+// larger one is lowered to it (clamped as a float: converted first, 1e10 s
+// would overflow a Duration and poll every second).
+const MaxPeriodicInterval = 365 * 24 * time.Hour
+
+// periodicEvery is the poll period of an interval in seconds, clamped to
+// [MinPeriodicInterval, MaxPeriodicInterval]; Validate refuses NaN, ±Inf and
+// negative intervals before this is reached.
+func periodicEvery(sec float64) time.Duration {
+	if !(sec < MaxPeriodicInterval.Seconds()) { // NaN and +Inf too
+		return MaxPeriodicInterval
+	}
+	return max(time.Duration(sec*float64(time.Second)), MinPeriodicInterval)
+}
+
 // ErrStopped is returned by Trigger after Stop.
 var ErrStopped = errors.New("dataupdater: stopped")
 
@@ -293,7 +308,7 @@ func (u *Updater) loadBase(ctx context.Context) {
 	u.succeeded(configKey)
 	var once []Entry
 	for _, e := range entries {
-		if e.PeriodicUpdateInterval != nil {
+		if e.PeriodicUpdateInterval != nil && e.Validate() == nil {
 			e := e
 			u.spawn(func() { u.poll(ctx, e) })
 			continue
@@ -329,7 +344,7 @@ func (u *Updater) restartLoadLocked() {
 // poll runs a periodic entry now and then every interval until ctx ends
 // (reconnect or Stop): one timer per entry.
 func (u *Updater) poll(ctx context.Context, e Entry) {
-	every := max(time.Duration(*e.PeriodicUpdateInterval*float64(time.Second)), MinPeriodicInterval)
+	every := periodicEvery(*e.PeriodicUpdateInterval)
 	for {
 		wait, s := u.order.admit(e.Path())
 		u.runEntry(ctx, randomID(), "Periodic update", e, wait, s, nil)

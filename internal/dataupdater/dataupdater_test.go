@@ -288,6 +288,39 @@ func TestPeriodic(t *testing.T) {
 	})
 }
 
+// TestPeriodicInterval: periodic_update_interval is clamped as a float
+// before it becomes a Duration, and a negative one is refused, not polled.
+func TestPeriodicInterval(t *testing.T) {
+	cases := []struct {
+		name, interval string
+		fetches        int // in one hour
+		outcomes       []string
+	}{
+		// Catches: converting before clamping (1e10 s overflows to the 1 s floor).
+		{"huge_is_clamped_not_1s", "1e10", 1, []string{dataupdater.OutcomeSuccess}},
+		// Catches: dropping the check in Validate (polled every second).
+		{"negative_refused", "-5", 0, []string{dataupdater.OutcomeInvalid}},
+		{"small_raised_to_min", "0.001", 3601, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
+				r := newRig(t, rigOpt{})
+				r.src.set("/data/config", reply{status: 200, body: `{"entries":[{"url":"http://src/p","dst_path":"/p","periodic_update_interval":` + tc.interval + `}]}`})
+				r.src.set("/p", reply{status: 200, body: `1`})
+				r.du.OnConnect()
+				r.advance(time.Hour)
+				if n := len(r.src.requests("/p")); n != tc.fetches {
+					t.Fatalf("%d fetches in an hour, want %d", n, tc.fetches)
+				}
+				if got := r.outcomesList(); tc.outcomes != nil && !slices.Equal(got, tc.outcomes) {
+					t.Fatalf("outcomes %v, want %v", got, tc.outcomes)
+				}
+			})
+		})
+	}
+}
+
 // TestReport: with reporting on, one report per update goes to the callbacks,
 // with the client token only on the OPAL server's host.
 func TestReport(t *testing.T) {

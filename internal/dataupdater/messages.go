@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -111,6 +112,9 @@ func (e *Entry) Validate() error {
 	case MethodPut, MethodPatch:
 	default:
 		return &DecodeError{What: "entry", Err: fmt.Errorf("save_method %q is neither PUT nor PATCH", e.SaveMethod)}
+	}
+	if p := e.PeriodicUpdateInterval; p != nil && !(*p >= 0 && !math.IsInf(*p, 1)) {
+		return &DecodeError{What: "entry", Err: fmt.Errorf("periodic_update_interval %v is not a non-negative number of seconds", *p)}
 	}
 	if !e.Inline() && e.URL == "" {
 		return &DecodeError{What: "entry", Err: fmt.Errorf("no url and no data")}
