@@ -287,7 +287,14 @@ func (f *Fetcher) hintWait(h time.Duration) time.Duration {
 		return h
 	}
 	spread := min(h, f.o.MaxRetryAfter-h)
-	return h + time.Duration(f.rand()*float64(spread))
+	// A broken source must not go below the hint nor past the cap; NaN
+	// fails every comparison and min/max pass it through, so test it first.
+	r := f.rand()
+	if !(r >= 0) {
+		r = 0
+	}
+	r = min(r, 1)
+	return h + time.Duration(r*float64(spread))
 }
 
 func (f *Fetcher) exhausted(a Attempt, res *Result, hint time.Duration, hasHint bool) error {

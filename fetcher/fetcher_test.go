@@ -3,6 +3,7 @@ package fetcher
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http/httptest"
 	"reflect"
 	"strings"
@@ -382,6 +383,11 @@ func TestF4_HintJitter(t *testing.T) {
 		// Mutation caught: "min(h, cap-h)" -> "h" (a 50 s hint would wait 100 s).
 		{"F4_spread_never_passes_the_cap", "50", 1, 60 * time.Second},
 		{"F4_capped_hint_has_no_room", "99999", 1, 60 * time.Second},
+		// Finding 3: a broken source stays in [h, cap]. Mutations caught:
+		// "!(r >= 0)" -> "r < 0" (NaN), -> "false" (negative); no "min(r, 1)".
+		{"nan_draw_is_the_hint", "20", math.NaN(), 20 * time.Second},
+		{"negative_draw_is_the_hint", "20", -1, 20 * time.Second},
+		{"draw_above_one_is_the_cap", "50", 7, 60 * time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

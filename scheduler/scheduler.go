@@ -128,7 +128,13 @@ func (s *Scheduler) jitter(d time.Duration) time.Duration {
 	if s.opts.Rand != nil {
 		r = s.opts.Rand
 	}
-	u := min(max(r(), 0), 1) // a bad source must not leave [d/2, d]
+	// A bad source must not leave [d/2, d]. NaN fails every comparison and
+	// min/max pass it through, so it is caught first.
+	u := r()
+	if !(u >= 0) {
+		u = 0
+	}
+	u = min(u, 1)
 	half := d / 2
 	return half + time.Duration(u*float64(d-half))
 }

@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -188,6 +189,10 @@ func TestD2_Jitter(t *testing.T) {
 		{"draw_half_is_three_quarters", 0.5, 3750 * time.Millisecond},
 		{"draw_out_of_range_is_clamped", 7, 5 * s},
 		{"negative_draw_is_clamped", -1, 2500 * time.Millisecond},
+		// Finding 3: NaN passes min/max, and the delay was hugely negative.
+		// Mutation caught: "!(u >= 0)" -> "u < 0".
+		{"nan_draw_is_half", math.NaN(), 2500 * time.Millisecond},
+		{"inf_draw_is_clamped", math.Inf(1), 5 * s},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
