@@ -367,7 +367,9 @@ func (u *Updater) runPolicy(ctx context.Context, it *item) {
 			u.log.Info("delta bundle on another base; fetching a full bundle", "base", bm.Base, "current", bm.Current)
 			b, err = u.fetchBundle(ctx, paths, "", attempts)
 			if err == nil {
-				err = u.store.ApplyPolicy(ctx, b)
+				if err = u.store.ApplyPolicy(ctx, b); err != nil {
+					u.log.Warn("applying the full policy bundle failed; the store is unchanged", "hash", b.Hash, "error", err)
+				}
 			}
 		} else if err != nil {
 			u.log.Warn("applying the policy bundle failed; the store is unchanged", "hash", b.Hash, "error", err)

@@ -433,3 +433,33 @@ func TestU1_RunStop(t *testing.T) {
 		})
 	})
 }
+
+// Finding 4: when the full bundle fetched after a base mismatch fails to
+// apply, that is one WARNING, as for any failed apply (U3). Mutation caught:
+// the WARNING of the full bundle's apply dropped.
+func TestU3_ApplyFailureAfterBaseMismatchWarned(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		r := newRig(t, rigOpt{})
+		if err := r.st.ApplyPolicy(context.Background(), full("h0")); err != nil {
+			t.Fatal(err)
+		}
+		bad := full("h2")
+		bad.DataModules = []fetcher.DataModule{{Path: "x", Data: "{not json"}}
+		r.f.set(outcome{bundle: bad}, outcome{bundle: delta("other", "h2")})
+		r.start()
+		r.u.Connect()
+		settle()
+		if reqs := r.f.requests(); len(reqs) != 2 || reqs[1].BaseHash != "" {
+			t.Fatalf("requests %+v, want a delta then a full fetch", reqs)
+		}
+		if tx := r.transactions(); len(tx) != 1 || tx[0].Success {
+			t.Fatalf("transactions %+v, want one failed", tx)
+		}
+		if h, _ := r.st.PolicyHash(context.Background()); h != "h0" {
+			t.Fatalf("hash %q, want h0 (unchanged)", h)
+		}
+		if n := r.log.count(slog.LevelWarn); n != 1 {
+			t.Fatalf("%d warnings, want 1 for the failed apply", n)
+		}
+	})
+}
