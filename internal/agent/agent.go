@@ -39,6 +39,10 @@ import (
 	"github.com/opal-go/opal-client/updater"
 )
 
+// ErrConnectivityDisabled refuses a data reload while offline mode keeps the
+// agent away from the OPAL server (POST /data-updater/trigger answers 503).
+var ErrConnectivityDisabled = errors.New("agent: OPAL server connectivity is disabled")
+
 // Defaults for the zero values of Options.
 const (
 	DefaultStaleWarnInterval = time.Minute
@@ -125,12 +129,13 @@ type Agent struct {
 	tracker *status.Tracker
 	metrics *metrics.Metrics
 	ps      *pubsub.Client // nil when there is nothing to subscribe to
-	data    DataUpdater
+	data    DataUpdater    // read through dataUpdater: replaced on enable (offline.go)
 	apiLn   net.Listener
 	apiSrv  *http.Server
 	off     offline // offline mode (offline.go)
 
 	policyTopics map[string]bool
+	dataDeps     DataDeps // to rebuild the data updater on enable
 }
 
 // New builds the agent: it starts the store (the embedded OPA binds its
@@ -174,7 +179,7 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 		Clock:         o.Clock,
 		Rand:          o.Rand,
 		Logger:        a.log,
-		Fire:          func() { a.queue.Deferred() },
+		Fire:          a.fireDeferred,
 		OnArm:         func(_ int, _ time.Duration, flat bool) { a.metrics.DeferralArmed(flat) },
 	})
 	a.tracker = status.New(status.Options{
@@ -207,10 +212,11 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 	})
 
 	if cfg.DataUpdaterEnabled && o.NewDataUpdater != nil {
-		a.data, err = o.NewDataUpdater(DataDeps{
+		a.dataDeps = DataDeps{
 			Config: cfg, Queue: a.queue, Store: a.store, Record: a.recordData, Metrics: a.metrics,
 			HTTPClient: httpClient, Clock: o.Clock, Rand: o.Rand, Logger: a.log,
-		})
+		}
+		a.data, err = o.NewDataUpdater(a.dataDeps)
 		if err != nil {
 			return nil, fmt.Errorf("agent: data updater: %w", err)
 		}
@@ -246,7 +252,7 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 		}
 	}
 	if a.data != nil {
-		apiOpts.TriggerData = a.data.Trigger
+		apiOpts.TriggerData = a.triggerData
 	}
 	a.apiSrv = &http.Server{Handler: api.Handler(apiOpts), ReadHeaderTimeout: 10 * time.Second}
 	return a, nil
@@ -324,6 +330,16 @@ func (a *Agent) newPubSub() {
 	})
 }
 
+// triggerData serves POST /data-updater/trigger. While connectivity is
+// disabled the data updater is stopped (or, disabled from the start, must
+// not start its polls), so the reload is refused.
+func (a *Agent) triggerData() error {
+	if a.ServerConnectivityDisabled() { // guard: mutation "if false {" starts data polls while disconnected
+		return ErrConnectivityDisabled
+	}
+	return a.dataUpdater().Trigger()
+}
+
 // onConnect runs once per (re)connect: exactly one full-update trigger
 // (D5, D6) and the data updater's base-data reload.
 func (a *Agent) onConnect() {
@@ -331,8 +347,8 @@ func (a *Agent) onConnect() {
 		a.metrics.UpdateRequested("connect")
 		a.queue.Connect()
 	}
-	if a.data != nil {
-		a.data.OnConnect()
+	if d := a.dataUpdater(); d != nil {
+		d.OnConnect()
 	}
 }
 
@@ -348,8 +364,8 @@ type policyMessage struct {
 // anything else to the data updater. It only enqueues.
 func (a *Agent) onNotify(topic string, data json.RawMessage) {
 	if !a.policyTopics[topic] {
-		if a.data != nil {
-			a.data.OnNotify(topic, data)
+		if d := a.dataUpdater(); d != nil {
+			d.OnNotify(topic, data)
 		}
 		return
 	}
@@ -371,6 +387,11 @@ func (a *Agent) onTransaction(tx updater.Transaction) {
 	}
 	a.tracker.Record(st)
 	a.metrics.Transaction(tx.ID, tx.Success, tx.Error, tx.Ended)
+	if a.ServerConnectivityDisabled() {
+		// An operator trigger while disconnected fetches once; its failure
+		// must not leave a deferred re-fetch behind. guard: mutation "if false {"
+		a.sched.Cancel()
+	}
 	a.notifyBackup(tx.Success)
 	if a.o.OnTransaction != nil {
 		a.o.OnTransaction(st)
@@ -429,9 +450,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	// Stop taking events: the socket closes before anything else stops.
 	a.stopPubSub(true)
-	if a.data != nil {
-		a.data.Stop()
-	}
+	a.stopData(true)
 	// The update in progress sees the cancellation and finishes or aborts
 	// its store transaction; Stop waits for it and drops what is queued.
 	stopQueue()

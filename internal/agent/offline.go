@@ -24,6 +24,7 @@ type offline struct {
 	mu       sync.Mutex
 	disabled bool               // connectivity disabled: no pub/sub socket
 	stopped  bool               // Run is shutting down: never connect again
+	dataOff  bool               // the data updater instance is stopped
 	psCancel context.CancelFunc // nil while the socket is not running
 	psDone   chan struct{}
 }
@@ -144,6 +145,63 @@ func (a *Agent) stopPubSub(final bool) {
 	}
 }
 
+// dataUpdater is the current data updater instance, nil without one.
+func (a *Agent) dataUpdater() DataUpdater {
+	a.off.mu.Lock()
+	defer a.off.mu.Unlock()
+	return a.data
+}
+
+// stopData stops the data updater's fetches, polls and deferrals (disable,
+// or Run's shutdown when final). The interface has no pause: an instance
+// stopped by a disable is replaced by a new one on enable (startData).
+func (a *Agent) stopData(final bool) {
+	a.off.mu.Lock()
+	d, off := a.data, a.off.dataOff
+	a.off.dataOff = true
+	if final {
+		a.off.stopped = true
+	}
+	a.off.mu.Unlock()
+	if d != nil && !off {
+		d.Stop()
+	}
+}
+
+// startData replaces a data updater stopped by a disable with a new one,
+// before the socket reconnects (whose connect loads the base data).
+func (a *Agent) startData() {
+	a.off.mu.Lock()
+	need := a.data != nil && a.off.dataOff && !a.off.stopped
+	a.off.mu.Unlock()
+	if !need || a.o.NewDataUpdater == nil {
+		return
+	}
+	d, err := a.o.NewDataUpdater(a.dataDeps)
+	if err != nil {
+		a.log.Warn("data updater not restarted", "error", err)
+		return
+	}
+	a.off.mu.Lock()
+	if a.off.stopped { // shutdown began meanwhile
+		a.off.mu.Unlock()
+		d.Stop()
+		return
+	}
+	a.data, a.off.dataOff = d, false
+	a.off.mu.Unlock()
+}
+
+// fireDeferred is the scheduler's Fire: no deferred re-fetch while
+// connectivity is disabled (a timer armed just before the disable, or by an
+// operator trigger's failed fetch).
+func (a *Agent) fireDeferred() {
+	if a.ServerConnectivityDisabled() { // guard: mutation "if false {" re-fetches from a disconnected agent
+		return
+	}
+	a.queue.Deferred()
+}
+
 // ServerConnectivityDisabled reports whether the agent stays away from the
 // OPAL server (api.Connectivity).
 func (a *Agent) ServerConnectivityDisabled() bool {
@@ -154,9 +212,13 @@ func (a *Agent) ServerConnectivityDisabled() bool {
 
 // SetServerConnectivity connects to (true) or disconnects from (false) the
 // OPAL server and reports whether that changed anything (api.Connectivity).
-// Disabling closes the pub/sub socket and cancels a pending deferred
-// re-fetch; the store keeps serving what it has. Enabling reconnects, and
-// the connect queues a full update as any reconnect does (D5, D6).
+// Disabling closes the pub/sub socket, cancels a pending deferred re-fetch
+// and keeps any later one from firing, and stops the data updater (its
+// polls and deferrals), as the Python client stops both updaters; the store
+// keeps serving what it has. An update already queued still runs once, and
+// so does an operator trigger, without leaving a deferral behind. Enabling
+// starts a new data updater and reconnects; the connect queues a full
+// update and the base-data load, as any reconnect does (D5, D6).
 func (a *Agent) SetServerConnectivity(enabled bool) bool {
 	a.off.switchMu.Lock()
 	defer a.off.switchMu.Unlock()
@@ -169,11 +231,13 @@ func (a *Agent) SetServerConnectivity(enabled bool) bool {
 	a.off.mu.Unlock()
 	if enabled {
 		a.log.Info("OPAL server connectivity enabled")
+		a.startData()
 		a.startPubSub()
 		return true
 	}
 	a.log.Info("OPAL server connectivity disabled; serving the loaded policy")
 	a.stopPubSub(false)
 	a.sched.Cancel()
+	a.stopData(false)
 	return true
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/opal-go/opal-client/internal/metrics"
 	"github.com/opal-go/opal-client/internal/status"
 	"github.com/opal-go/opal-client/scheduler"
+	"github.com/opal-go/opal-client/updater"
 )
 
 // Offline mode (issue 9, docs/offline.md). The end-to-end tests restart the
@@ -353,6 +355,67 @@ func TestOffline_Setup(t *testing.T) {
 		}
 		if !a.SetServerConnectivity(false) || !a.ServerConnectivityDisabled() || a.SetServerConnectivity(false) {
 			t.Fatal("disable did not switch exactly once")
+		}
+	})
+}
+
+// stopCounter is a data updater that counts its Stop calls.
+type stopCounter struct {
+	fakeData
+	stops atomic.Int64
+}
+
+func (s *stopCounter) Stop() { s.stops.Add(1) }
+
+// TestOffline_DisableStopsUpdaters (review finding 2): a disabled agent
+// re-fetches nothing on its own: no deferred re-fetch fires, an operator
+// trigger leaves no deferral armed, and the data updater is stopped, then
+// replaced by a fresh one on enable.
+func TestOffline_DisableStopsUpdaters(t *testing.T) {
+	t.Run("deferred_fire_does_nothing_while_disabled", func(t *testing.T) {
+		clk := clock.NewMock()
+		a := unitAgent(clk, &config.Config{}, &syncBuf{})
+		a.queue = updater.New(updater.Options{Clock: clk})
+		a.off.disabled = true
+		a.fireDeferred() // guards mutation "if false {" in fireDeferred
+		if n := a.queue.Len(); n != 0 {
+			t.Fatalf("%d updates queued by a deferral while disabled", n)
+		}
+		a.off.disabled = false
+		if a.fireDeferred(); a.queue.Len() != 1 {
+			t.Fatal("an enabled agent's deferral queued nothing")
+		}
+	})
+	t.Run("trigger_while_disabled_leaves_no_deferral", func(t *testing.T) {
+		clk := clock.NewMock()
+		a := unitAgent(clk, &config.Config{}, &syncBuf{})
+		a.sched = scheduler.New(scheduler.Options{Enabled: true, Clock: clk, Fire: func() {}})
+		a.off.disabled = true
+		a.sched.Arm(0, false) // the triggered fetch failed retryably
+		a.onTransaction(updater.Transaction{ID: "x", Type: updater.TypePolicy, Ended: clk.Now()})
+		if a.sched.Pending() { // guards mutation "if false {" in onTransaction
+			t.Fatal("a deferral stays armed while disabled")
+		}
+	})
+	t.Run("data_updater_stopped_on_disable_replaced_on_enable", func(t *testing.T) {
+		a := unitAgent(clock.NewMock(), &config.Config{}, &syncBuf{})
+		first, second := &stopCounter{}, &stopCounter{}
+		a.data = first
+		a.o.NewDataUpdater = func(DataDeps) (DataUpdater, error) { return second, nil }
+		a.SetServerConnectivity(false) // guards mutation "_ = a" for a.stopData(false)
+		if first.stops.Load() != 1 {
+			t.Fatalf("disable stopped the data updater %d times, want 1", first.stops.Load())
+		}
+		if err := a.triggerData(); !errors.Is(err, ErrConnectivityDisabled) { // guards mutation "if false {" in triggerData
+			t.Fatalf("data trigger while disabled = %v", err)
+		}
+		a.SetServerConnectivity(true) // guards mutation "_ = a" for a.startData()
+		if a.dataUpdater() != DataUpdater(second) || second.stops.Load() != 0 {
+			t.Fatal("enable did not start a new data updater")
+		}
+		a.stopData(true) // Run's shutdown
+		if first.stops.Load() != 1 || second.stops.Load() != 1 {
+			t.Fatalf("stops %d, %d; want 1, 1", first.stops.Load(), second.stops.Load())
 		}
 	})
 }
