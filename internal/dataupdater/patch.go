@@ -8,6 +8,17 @@ import (
 	"strings"
 )
 
+// MaxPatchOps is the most operations one JSON-Patch may hold; a longer one
+// is refused whole (*DecodeError).
+const MaxPatchOps = 10000
+
+// MaxPatchCopyNodes bounds what the copy operations of one patch may add:
+// all copies together may create at most this many JSON values (objects,
+// arrays and scalars each count one), or as many as the document had, if
+// more. Each copy can double a document, so without a bound a few dozen ops
+// exhaust memory while the store is locked.
+const MaxPatchCopyNodes = 100_000
+
 // PatchOp is one RFC 6902 operation.
 type PatchOp struct {
 	Op    string `json:"op"`
@@ -44,6 +55,9 @@ func DecodePatch(b []byte) ([]PatchOp, error) {
 	arr, ok := v.([]any)
 	if !ok {
 		return nil, &DecodeError{What: "json patch", Err: fmt.Errorf("not an array of operations")}
+	}
+	if len(arr) > MaxPatchOps {
+		return nil, &DecodeError{What: "json patch", Err: fmt.Errorf("%d operations, more than %d", len(arr), MaxPatchOps)}
 	}
 	ops := make([]PatchOp, 0, len(arr))
 	for i, x := range arr {
@@ -99,9 +113,10 @@ func (op PatchOp) MarshalJSON() ([]byte, error) {
 // can create it).
 func ApplyPatch(doc any, ops []PatchOp) (any, error) {
 	doc = deepCopy(doc)
+	budget := max(MaxPatchCopyNodes, nodes(doc))
 	for i, op := range ops {
 		var err error
-		doc, err = applyOp(doc, op)
+		doc, err = applyOp(doc, op, &budget)
 		if err != nil {
 			return nil, &PatchError{Index: i, Op: op.Op, Path: op.Path, Err: err}
 		}
@@ -109,7 +124,7 @@ func ApplyPatch(doc any, ops []PatchOp) (any, error) {
 	return doc, nil
 }
 
-func applyOp(doc any, op PatchOp) (any, error) {
+func applyOp(doc any, op PatchOp, budget *int) (any, error) {
 	path, err := pointer(op.Path)
 	if err != nil {
 		return nil, err
@@ -142,6 +157,10 @@ func applyOp(doc any, op PatchOp) (any, error) {
 		}
 		return doc, nil
 	case "move", "copy":
+		if op.From == "" {
+			// Copying the whole document into itself doubles it.
+			return nil, fmt.Errorf("cannot %s the whole document", op.Op)
+		}
 		from, err := pointer(op.From)
 		if err != nil {
 			return nil, err
@@ -153,8 +172,12 @@ func applyOp(doc any, op PatchOp) (any, error) {
 		if op.Op == "move" {
 			doc, v, err = remove(doc, from)
 		} else {
-			v, err = get(doc, from)
-			v = deepCopy(v)
+			if v, err = get(doc, from); err == nil {
+				var ok bool
+				if v, ok = copyBounded(v, budget); !ok {
+					err = fmt.Errorf("copies would add more than %d values (MaxPatchCopyNodes)", MaxPatchCopyNodes)
+				}
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -318,6 +341,53 @@ func setAt(doc any, path []string, v any) (any, error) {
 		p[i] = v
 	}
 	return doc, nil
+}
+
+// copyBounded deep-copies v, spending one unit of *budget per value; it
+// stops (false) as soon as the budget is spent, before the copy grows further.
+func copyBounded(v any, budget *int) (any, bool) {
+	if *budget--; *budget < 0 {
+		return nil, false
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			c, ok := copyBounded(e, budget)
+			if !ok {
+				return nil, false
+			}
+			m[k] = c
+		}
+		return m, true
+	case []any:
+		s := make([]any, len(x))
+		for i, e := range x {
+			c, ok := copyBounded(e, budget)
+			if !ok {
+				return nil, false
+			}
+			s[i] = c
+		}
+		return s, true
+	}
+	return v, true
+}
+
+// nodes counts the values of a document (containers and scalars).
+func nodes(v any) int {
+	n := 1
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			n += nodes(e)
+		}
+	case []any:
+		for _, e := range x {
+			n += nodes(e)
+		}
+	}
+	return n
 }
 
 func deepCopy(v any) any {

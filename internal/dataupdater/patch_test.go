@@ -3,6 +3,8 @@ package dataupdater_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/opal-go/opal-client/internal/dataupdater"
@@ -66,6 +68,75 @@ func TestPatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPatchBounds: a small patch cannot blow a document up (each copy of a
+// subtree into itself doubles it) nor run without end: copies are bounded
+// by MaxPatchCopyNodes (or the document's size), the whole document is never
+// copied, and a patch holds at most MaxPatchOps operations.
+func TestPatchBounds(t *testing.T) {
+	isPatch := func(err error) bool { var e *dataupdater.PatchError; return errors.As(err, &e) }
+	ops := func(n int, op string) []byte {
+		var b strings.Builder
+		b.WriteString("[")
+		for i := range n {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, op, i)
+		}
+		return []byte(b.String() + "]")
+	}
+	array := func(n int) []any {
+		a := make([]any, n)
+		for i := range a {
+			a[i] = float64(i)
+		}
+		return a
+	}
+	cases := []struct {
+		name  string
+		doc   any
+		patch []byte
+		ok    bool
+	}{
+		// Catches: dropping the copy budget (1000 values doubled 10 times).
+		{"copy_doubling_bounded", map[string]any{"d": map[string]any{"v": array(1000)}},
+			ops(10, `{"op":"copy","from":"/d","path":"/d/c%d"}`), false},
+		// Catches: copying the whole document into itself.
+		{"copy_from_root_refused", map[string]any{"a": 1.0}, []byte(`[{"op":"copy","from":"","path":"/b"}]`), false},
+		{"move_from_root_refused", map[string]any{"a": 1.0}, []byte(`[{"op":"move","from":"","path":""}]`), false},
+		// Catches: a budget of MaxPatchCopyNodes even for a larger document.
+		{"large_document_copied_once", map[string]any{"a": array(dataupdater.MaxPatchCopyNodes + 10)},
+			[]byte(`[{"op":"copy","from":"/a","path":"/b"}]`), true},
+		{"small_copies_fine", map[string]any{"a": array(10)}, ops(100, `{"op":"copy","from":"/a","path":"/c%d"}`), true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := dataupdater.DecodePatch(tc.patch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = dataupdater.ApplyPatch(tc.doc, p)
+			if tc.ok && err != nil {
+				t.Fatal(err)
+			}
+			if !tc.ok && !isPatch(err) {
+				t.Fatalf("err = %v, want *PatchError", err)
+			}
+		})
+	}
+	// Catches: no cap on the number of operations.
+	t.Run("too_many_ops_refused", func(t *testing.T) {
+		if _, err := dataupdater.DecodePatch(ops(dataupdater.MaxPatchOps, `{"op":"test","path":"/%d","value":1}`)); err != nil {
+			t.Fatalf("%d ops: %v", dataupdater.MaxPatchOps, err)
+		}
+		_, err := dataupdater.DecodePatch(ops(dataupdater.MaxPatchOps+1, `{"op":"test","path":"/%d","value":1}`))
+		var de *dataupdater.DecodeError
+		if !errors.As(err, &de) {
+			t.Fatalf("err = %v, want *DecodeError", err)
+		}
+	})
 }
 
 // FuzzPatch: any document and patch: no panic, and the input is never changed.
