@@ -459,13 +459,21 @@ func shorten(s string) string {
 // token there (protocol §6.3).
 func redact(err error) error {
 	var ue *url.Error
-	if errors.As(err, &ue) {
-		if u, perr := url.Parse(ue.URL); perr == nil && u.RawQuery != "" {
-			u.RawQuery = "..."
-			c := *ue
-			c.URL = u.String()
-			return &c
-		}
+	if !errors.As(err, &ue) {
+		return err
 	}
-	return err
+	c := *ue
+	if u, perr := url.Parse(ue.URL); perr == nil {
+		if u.RawQuery == "" {
+			return err
+		}
+		u.RawQuery = "..."
+		c.URL = u.String()
+	} else if i := strings.IndexByte(ue.URL, '?'); i >= 0 {
+		// Unparsable (a control byte, say): the query is still there, cut it by hand.
+		c.URL = ue.URL[:i] + "?..."
+	} else {
+		return err
+	}
+	return &c
 }

@@ -420,3 +420,37 @@ func TestF8_RequestAttemptsOverride(t *testing.T) {
 		t.Errorf("requests = %d, want 1", n)
 	}
 }
+
+// Finding 5 (§6.3): no URL query reaches an error or a log line, whether the
+// URL parses (a redirect's target) or not (a control byte in it).
+func TestRedact_QueryNotShown(t *testing.T) {
+	const secret = "SECRET-Q"
+	redirect := func(t *testing.T) string {
+		_, url := serve(t, answer{302, map[string]string{"Location": "http://127.0.0.1:1/x?token=" + secret}, ""})
+		return url
+	}
+	cases := []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		// Mutation caught: the parsed URL's query kept.
+		{"redirect_target_query_dropped", redirect},
+		// Mutation caught: no cut at '?' when the URL does not parse.
+		{"unparsable_url_cut_by_hand", func(*testing.T) string { return "http://h/x?token=" + secret + "\x7f" }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, tc.url(t), nil)
+			_, err := fetch(t, r, Request{Attempts: 1})
+			if err == nil {
+				t.Fatal("fetch succeeded")
+			}
+			if strings.Contains(err.Error(), secret) || strings.Contains(r.logs.String(), secret) {
+				t.Errorf("query leaked:\nerror: %v\nlogs: %s", err, r.logs)
+			}
+			if !strings.Contains(err.Error(), "?...") {
+				t.Errorf("error %q does not show the query was cut", err)
+			}
+		})
+	}
+}
