@@ -3,6 +3,8 @@ package dataupdater
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -59,24 +61,51 @@ func kind(v any) string {
 	return "a number"
 }
 
-// PatchTopKeys returns the top-level keys a root JSON-Patch names in its
-// path and from, and whether one names the whole document.
-func PatchTopKeys(ops []PatchOp) (keys []string, whole bool) {
-	for _, op := range ops {
-		for _, p := range []string{op.Path, op.From} {
-			if p == "" {
-				if p == op.Path || op.Op == "move" || op.Op == "copy" {
-					whole = true
-				}
-				continue
-			}
-			seg, err := pointer(p)
-			if err == nil && len(seg) > 0 {
-				keys = append(keys, seg[0])
-			}
+// OPAPatchPaths checks a JSON-Patch for OPA's PATCH /v1/data and returns
+// the path each operation writes, relative to the patched document, as OPA
+// resolves it. OPA trims slashes at both ends of a path and %-unescapes its
+// segments, so "rbac", "//rbac", "/rbac/" and "/%72bac" all reach data.rbac;
+// an operation whose path OPA would read differently from RFC 6901, or that
+// OPA does not support (only add, remove and replace), is refused with
+// *PatchError before anything is sent. An empty path is the whole document.
+func OPAPatchPaths(ops []PatchOp) ([][]string, error) {
+	out := make([][]string, 0, len(ops))
+	for i, op := range ops {
+		bad := func(err error) error { return &PatchError{Index: i, Op: op.Op, Path: op.Path, Err: err} }
+		switch op.Op {
+		case "add", "remove", "replace":
+		default:
+			return nil, bad(fmt.Errorf("OPA's PATCH /v1/data supports add, remove and replace only"))
 		}
+		rfc, err := pointer(op.Path)
+		if err != nil {
+			return nil, bad(err)
+		}
+		opa, ok := opaPatchPath(op.Path)
+		if !ok || !slices.Equal(rfc, opa) {
+			return nil, bad(fmt.Errorf("OPA would read this path as %q, not as the JSON pointer %q", "/"+strings.Join(opa, "/"), op.Path))
+		}
+		out = append(out, rfc)
 	}
-	return keys, whole
+	return out, nil
+}
+
+// opaPatchPath is a patch path as OPA's server resolves it (prepareV1PatchSlice
+// and patch.ParsePatchPathEscaped in OPA v1).
+func opaPatchPath(p string) ([]string, bool) {
+	t := strings.Trim(p, "/")
+	if t == "" {
+		return nil, true
+	}
+	segs := strings.Split(t, "/")
+	for i, s := range segs {
+		u, err := url.PathUnescape(s)
+		if err != nil {
+			return nil, false
+		}
+		segs[i] = strings.ReplaceAll(strings.ReplaceAll(u, "~1", "/"), "~0", "~")
+	}
+	return segs, true
 }
 
 func joinPath(p []string) string { return strings.Join(p, "/") }

@@ -91,6 +91,9 @@ func TestDataWrite(t *testing.T) {
 			get: "/v1/data/users", want: `{"result":{}}`}}},
 		{"root_patch_owned_refused", []step{{w: pat("", `[{"op":"add","path":"/x","value":1},{"op":"remove","path":"/rbac"}]`),
 			wantErr: isProt, get: "/v1/data/x", want: `{}`}}},
+		// Paths as OPA's PATCH would read them are RFC 6901 errors here.
+		{"root_patch_unslashed_refused", []step{{w: pat("", `[{"op":"remove","path":"rbac"}]`), wantErr: isPatch, get: "/v1/data/rbac", want: `{"result":{"roles":["admin"]}}`}}},
+		{"root_patch_double_slash_refused", []step{{w: pat("", `[{"op":"remove","path":"//rbac"}]`), wantErr: isPatch, get: "/v1/data/rbac", want: `{"result":{"roles":["admin"]}}`}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

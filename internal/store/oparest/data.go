@@ -31,6 +31,23 @@ func (s *Store) WriteData(ctx context.Context, w dataupdater.Write) error {
 	sort.Strings(protected)
 	protected = append(protected, "system/opal")
 
+	if w.Method == dataupdater.MethodPatch {
+		// Checked as OPA will resolve each path, not as written.
+		paths, err := dataupdater.OPAPatchPaths(w.Patch)
+		if err != nil {
+			return err
+		}
+		if len(w.Path) == 0 {
+			for _, p := range paths {
+				if len(p) == 0 {
+					return &dataupdater.ProtectedPathError{Path: ""}
+				}
+				if k := dataupdater.Protected(protected, p[:1]); k != "" {
+					return &dataupdater.ProtectedPathError{Path: k}
+				}
+			}
+		}
+	}
 	if len(w.Path) > 0 {
 		if k := dataupdater.Protected(protected, w.Path); k != "" {
 			return &dataupdater.ProtectedPathError{Path: k}
@@ -38,15 +55,6 @@ func (s *Store) WriteData(ctx context.Context, w dataupdater.Write) error {
 		return s.writeData(ctx, w.Path, w.Method, w.Value, w.Patch)
 	}
 	if w.Method == dataupdater.MethodPatch {
-		keys, whole := dataupdater.PatchTopKeys(w.Patch)
-		if whole {
-			return &dataupdater.ProtectedPathError{Path: ""}
-		}
-		for _, k := range keys {
-			if p := dataupdater.Protected(protected, []string{k}); p != "" {
-				return &dataupdater.ProtectedPathError{Path: p}
-			}
-		}
 		return s.writeData(ctx, nil, w.Method, nil, w.Patch)
 	}
 	obj, err := dataupdater.RootValue(w.Value)

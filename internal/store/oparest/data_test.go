@@ -61,6 +61,14 @@ func TestDataWrite(t *testing.T) {
 			wantErr: isProt, get: "/v1/data/g", want: `{}`}}},
 		{"root_patch_owned_refused", []step{{w: pat("", `[{"op":"remove","path":"/rbac"}]`), wantErr: isProt, get: "/v1/data/rbac", want: `{"result":{"roles":["admin"]}}`}}},
 		{"root_patch", []step{{w: pat("", `[{"op":"add","path":"/g","value":1}]`), get: "/v1/data/g", want: `{"result":1}`}}},
+		// OPA trims slashes from a patch path and %-unescapes it: each of
+		// these reaches data.rbac, so it is refused before the call.
+		{"root_patch_unslashed_refused", []step{{w: pat("", `[{"op":"remove","path":"rbac"}]`), wantErr: isPatch, get: "/v1/data/rbac", want: `{"result":{"roles":["admin"]}}`}}},
+		{"root_patch_double_slash_refused", []step{{w: pat("", `[{"op":"remove","path":"//rbac"}]`), wantErr: isPatch, get: "/v1/data/rbac", want: `{"result":{"roles":["admin"]}}`}}},
+		{"root_patch_trailing_slash_refused", []step{{w: pat("", `[{"op":"remove","path":"/rbac/"}]`), wantErr: isPatch, get: "/v1/data/rbac", want: `{"result":{"roles":["admin"]}}`}}},
+		{"root_patch_escaped_refused", []step{{w: pat("", `[{"op":"remove","path":"/%72bac"}]`), wantErr: isPatch, get: "/v1/data/rbac", want: `{"result":{"roles":["admin"]}}`}}},
+		{"root_patch_slash_is_not_root", []step{{w: pat("", `[{"op":"add","path":"/","value":{}}]`), wantErr: isPatch, get: "/v1/data/rbac", want: `{"result":{"roles":["admin"]}}`}}},
+		{"patch_unsupported_op_refused", []step{{w: put("/users", `{"a":1}`)}, {w: pat("/users", `[{"op":"copy","from":"/a","path":"/b"}]`), wantErr: isPatch, get: "/v1/data/users", want: `{"result":{"a":1}}`}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
