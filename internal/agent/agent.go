@@ -320,7 +320,7 @@ func (a *Agent) newPubSub() {
 		Topics:          topics,
 		OnConnect:       a.onConnect,
 		OnNotify:        a.onNotify,
-		OnState:         a.metrics.PubSubState,
+		OnState:         a.onPubSubState,
 		KeepAlive:       a.cfg.KeepAliveInterval,
 		MaxMessageBytes: a.cfg.PubSubMaxMessageBytes,
 		Clock:           a.o.Clock,
@@ -338,6 +338,17 @@ func (a *Agent) triggerData() error {
 		return ErrConnectivityDisabled
 	}
 	return a.dataUpdater().Trigger()
+}
+
+// onPubSubState records the socket's state. A lost connection makes the
+// policy possibly behind from now (an update may go unseen) until the next
+// successful update, which the reconnect's full update normally is; a
+// closing at shutdown does not.
+func (a *Agent) onPubSubState(connected bool) {
+	a.metrics.PubSubState(connected)
+	if !connected && !a.shuttingDown() { // guard: mutation "if false {" leaves a lost server unnoticed by staleness and max age
+		a.metrics.Staleness().Lost(a.clk.Now())
+	}
 }
 
 // onConnect runs once per (re)connect: exactly one full-update trigger

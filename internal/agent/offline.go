@@ -202,6 +202,13 @@ func (a *Agent) fireDeferred() {
 	a.queue.Deferred()
 }
 
+// shuttingDown reports whether Run's shutdown has begun.
+func (a *Agent) shuttingDown() bool {
+	a.off.mu.Lock()
+	defer a.off.mu.Unlock()
+	return a.off.stopped
+}
+
 // ServerConnectivityDisabled reports whether the agent stays away from the
 // OPAL server (api.Connectivity).
 func (a *Agent) ServerConnectivityDisabled() bool {
@@ -239,5 +246,9 @@ func (a *Agent) SetServerConnectivity(enabled bool) bool {
 	a.stopPubSub(false)
 	a.sched.Cancel()
 	a.stopData(false)
+	// Nothing confirms the policy is current any more (also when the
+	// socket was still connecting): staleness and OPAL_POLICY_MAX_AGE count
+	// from now until the first success after enable.
+	a.metrics.Staleness().Lost(a.clk.Now()) // guard: mutation "_ = a" keeps a disabled agent current forever
 	return true
 }

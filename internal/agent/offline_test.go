@@ -419,3 +419,44 @@ func TestOffline_DisableStopsUpdaters(t *testing.T) {
 		}
 	})
 }
+
+// TestStaleness_LostConnection (review finding 3): a lost or disabled
+// connection ages the policy from that moment, so the stale warning and
+// OPAL_POLICY_MAX_AGE see a hard-down server; the socket's close at
+// shutdown does not.
+func TestStaleness_LostConnection(t *testing.T) {
+	cases := []struct {
+		name  string
+		lose  func(a *Agent)
+		stale time.Duration
+		ready bool
+	}{
+		// guards mutation "if false {" in onPubSubState
+		{"lost_socket_ages_from_the_loss", func(a *Agent) { a.onPubSubState(true); a.onPubSubState(false) }, 2 * time.Minute, false},
+		// guards mutation "if !connected {" in onPubSubState
+		{"shutdown_close_is_no_loss", func(a *Agent) { a.off.stopped = true; a.onPubSubState(false) }, 0, true},
+		// guards mutation "_ = a" for the Lost call in SetServerConnectivity
+		{"disable_ages_from_the_switch", func(a *Agent) { a.SetServerConnectivity(false) }, 2 * time.Minute, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewMock()
+			a := unitAgent(clk, &config.Config{PolicyMaxAge: time.Minute}, &syncBuf{})
+			a.tracker.Record(status.Transaction{ID: "h1", Type: status.TypePolicy, Success: true})
+			a.metrics.Transaction("h1", true, "", clk.Now())
+			clk.Add(time.Hour) // a quiet server: current, however old
+			c.lose(a)
+			clk.Add(2 * time.Minute)
+			if got := a.metrics.Staleness().Stale(); got != c.stale {
+				t.Fatalf("stale %v, want %v", got, c.stale)
+			}
+			if got := a.serving(); got != c.ready {
+				t.Fatalf("ready %v, want %v", got, c.ready)
+			}
+			a.metrics.Transaction("h1", true, "", clk.Now()) // the reconnect's update
+			if got := a.metrics.Staleness().Stale(); got != 0 {
+				t.Fatalf("stale %v after a success", got)
+			}
+		})
+	}
+}

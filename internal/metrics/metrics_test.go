@@ -68,8 +68,52 @@ func TestStaleness(t *testing.T) {
 			t.Fatalf("a backup restored late made a current policy stale %v", got)
 		}
 	})
+	// Review finding 3: a lost or disabled connection makes the policy
+	// possibly behind, counted from the loss, until the next success.
+	t.Run("lost_counts_from_the_loss_not_the_last_success", func(t *testing.T) {
+		clk := clock.NewMock()
+		s := NewStaleness(clk)
+		s.Success(clk.Now())
+		clk.Add(time.Hour) // a quiet server: the policy is current
+		s.Lost(clk.Now())
+		clk.Add(5 * time.Second)
+		// guards mutation "s.behind, s.from = true, s.since" in Lost
+		if got := s.Stale(); got != 5*time.Second {
+			t.Fatalf("stale %v, want 5s since the loss", got)
+		}
+		s.Success(clk.Now()) // the reconnect's full update
+		if got := s.Stale(); got != 0 {
+			t.Fatalf("stale %v after the reconnect's success", got)
+		}
+	})
+	t.Run("lost_while_failing_keeps_counting", func(t *testing.T) {
+		clk := clock.NewMock()
+		s := NewStaleness(clk)
+		s.Success(clk.Now())
+		clk.Add(10 * time.Minute)
+		s.FailedWith("503")
+		clk.Add(time.Minute)
+		s.Lost(clk.Now()) // guards mutation "if false {" in Lost
+		clk.Add(time.Minute)
+		if got := s.Stale(); got != 12*time.Minute {
+			t.Fatalf("stale %v, want 12m since the last success", got)
+		}
+	})
+	t.Run("failure_after_loss_keeps_the_loss_time", func(t *testing.T) {
+		clk := clock.NewMock()
+		s := NewStaleness(clk)
+		s.Success(clk.Now())
+		clk.Add(time.Hour)
+		s.Lost(clk.Now())
+		clk.Add(5 * time.Second)
+		s.FailedWith("connection refused") // guards mutation "if true {" in failLocked
+		if got := s.Stale(); got != 5*time.Second {
+			t.Fatalf("stale %v, want 5s since the loss", got)
+		}
+	})
 	t.Run("nil_is_safe", func(t *testing.T) {
 		var s *Staleness
+		s.Lost(time.Time{})
 		s.Failing()
 		if s.Stale() != 0 {
 			t.Fatal("nil stale")

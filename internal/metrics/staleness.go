@@ -11,11 +11,14 @@ import (
 // last successful policy update (or from start, before the first one) while
 // an update is pending or failing. It is pending from start until the first
 // success, and failing from any failed attempt, fetch or transaction until
-// the next success. Safe for concurrent use.
+// the next success. A lost or disabled connection to the server (Lost)
+// makes a current policy behind from that moment until the next success.
+// Safe for concurrent use.
 type Staleness struct {
 	clk     clock.Clock
 	mu      sync.Mutex
 	since   time.Time // the last success, or the start
+	from    time.Time // what Stale counts from: since, or when the connection was lost
 	loaded  bool      // a success has happened
 	behind  bool      // pending or failing
 	lastErr string
@@ -27,7 +30,8 @@ func NewStaleness(clk clock.Clock) *Staleness {
 	if clk == nil {
 		clk = clock.New()
 	}
-	return &Staleness{clk: clk, since: clk.Now(), behind: true}
+	now := clk.Now()
+	return &Staleness{clk: clk, since: now, from: now, behind: true}
 }
 
 // Failing marks the policy as behind: an update was wanted and did not
@@ -37,8 +41,35 @@ func (s *Staleness) Failing() {
 		return
 	}
 	s.mu.Lock()
-	s.behind = true
+	s.failLocked()
 	s.mu.Unlock()
+}
+
+// failLocked marks a failure: a current policy becomes behind since the last
+// success; one already behind keeps counting from where it started.
+func (s *Staleness) failLocked() {
+	if !s.behind {
+		s.from = s.since
+	}
+	s.behind = true
+}
+
+// Lost marks the policy as possibly behind from t: the pub/sub connection
+// was lost or disabled, so an update may go unseen. A policy already behind
+// keeps counting from where it started; a current one counts from t, not
+// from its last success (it was known current until t). The next success
+// clears it, so a brief reconnect, whose full update succeeds, leaves only
+// a few seconds of staleness.
+func (s *Staleness) Lost(t time.Time) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.behind { // guard: mutation "if false {" restarts the count of a policy already behind
+		return
+	}
+	s.behind, s.from = true, t
 }
 
 // FailedWith is Failing with the error to report in the stale warning.
@@ -47,7 +78,7 @@ func (s *Staleness) FailedWith(err string) {
 		return
 	}
 	s.mu.Lock()
-	s.behind = true
+	s.failLocked()
 	s.lastErr = err
 	s.mu.Unlock()
 }
@@ -58,7 +89,7 @@ func (s *Staleness) Success(t time.Time) {
 		return
 	}
 	s.mu.Lock()
-	s.since, s.loaded, s.behind, s.lastErr = t, true, false, ""
+	s.since, s.from, s.loaded, s.behind, s.lastErr = t, t, true, false, ""
 	s.mu.Unlock()
 }
 
@@ -75,7 +106,7 @@ func (s *Staleness) Restored(t time.Time) {
 	if s.loaded { // guard: mutation "if false {" lets an old backup time overwrite a success
 		return
 	}
-	s.since, s.loaded, s.behind = t, true, true
+	s.since, s.from, s.loaded, s.behind = t, t, true, true
 }
 
 // Stale is how long the policy has been behind; 0 while it is current.
@@ -88,7 +119,7 @@ func (s *Staleness) Stale() time.Duration {
 	if !s.behind { // guard: mutation "if s.behind {" makes a current policy read as stale
 		return 0
 	}
-	if d := s.clk.Now().Sub(s.since); d > 0 {
+	if d := s.clk.Now().Sub(s.from); d > 0 {
 		return d
 	}
 	return 0
