@@ -201,8 +201,9 @@ func (u *Updater) Connect() {
 // changed directories that are subscription dirs, matched exactly as
 // configured (protocol §3.3), are fetched; if none is, nothing is fetched
 // and nothing changes (unlike the Python client's whole-repo fetch). A
-// genuine update resets the deferral (D5, D6).
-func (u *Updater) PolicyUpdate(changedDirs []string) {
+// genuine update resets the deferral (D5, D6). It reports whether an update
+// was queued (false: no changed dir is a subscription dir).
+func (u *Updater) PolicyUpdate(changedDirs []string) bool {
 	var dirs []string
 	for _, d := range changedDirs {
 		if slices.Contains(u.dirs, d) && !slices.Contains(dirs, d) {
@@ -211,12 +212,12 @@ func (u *Updater) PolicyUpdate(changedDirs []string) {
 	}
 	if len(dirs) == 0 {
 		u.log.Debug("policy update outside the subscription dirs ignored", "changed", len(changedDirs))
-		return
+		return false
 	}
 	if u.sched != nil {
 		u.sched.Reset() // genuine update (D6)
 	}
-	u.enqueue(&item{dirs: dirs, reasons: reasonUpdate})
+	return u.enqueue(&item{dirs: dirs, reasons: reasonUpdate}) == nil
 }
 
 // ForceFull queues a full update that ignores the stored hash (no
