@@ -121,13 +121,13 @@ func (e *RuleConflictError) Error() string {
 }
 
 // Protected reports the first protected path (each "/"-joined) that the
-// data path p is at, below or above; "" if none. The root is above every
-// path, so callers handle root writes key by key.
-func Protected(protected []string, p []string) string {
+// data path p is at, below or above, and whether there is one. The root is
+// above every path, so callers handle root writes key by key.
+func Protected(protected []string, p []string) (string, bool) {
 	for _, k := range protected {
 		if overlaps(SplitPath(k), p) {
-			return k
+			return k, true
 		}
 	}
-	return ""
+	return "", false
 }

@@ -230,6 +230,11 @@ func NewPlan(b *fetcher.PolicyBundle, current map[string]*ast.Module, owned Owne
 			}
 			keys := make([]string, 0, len(obj))
 			for k := range obj {
+				// Ownership keys are "/"-joined paths: "a/b" or "" as one
+				// key would read as another path.
+				if k == "" || strings.Contains(k, "/") {
+					return nil, &DataError{Dir: dm.Path, Err: fmt.Errorf("root data key %q is empty or holds a \"/\"", k)}
+				}
 				keys = append(keys, k)
 			}
 			sort.Strings(keys)

@@ -71,7 +71,7 @@ func (s *Store) protectedPaths() []string {
 }
 
 func (s *Store) writePath(ctx context.Context, txn storage.Transaction, protected []string, w dataupdater.Write) error {
-	if k := dataupdater.Protected(protected, w.Path); k != "" {
+	if k, ok := dataupdater.Protected(protected, w.Path); ok {
 		return &dataupdater.ProtectedPathError{Path: k}
 	}
 	p := storage.Path(w.Path)
@@ -99,7 +99,7 @@ func (s *Store) writeRoot(ctx context.Context, txn storage.Transaction, protecte
 		return fmt.Errorf("read data: %w", err)
 	}
 	old, _ := raw.(map[string]any)
-	isProtected := func(k string) bool { return dataupdater.Protected(protected, []string{k}) != "" }
+	isProtected := func(k string) bool { _, ok := dataupdater.Protected(protected, []string{k}); return ok }
 	next := make(map[string]any, len(old))
 	switch w.Method {
 	case dataupdater.MethodPatch:
@@ -141,7 +141,8 @@ func (s *Store) writeRoot(ctx context.Context, txn storage.Transaction, protecte
 			continue
 		}
 		if isProtected(k) {
-			return &dataupdater.ProtectedPathError{Path: dataupdater.Protected(protected, []string{k})}
+			owner, _ := dataupdater.Protected(protected, []string{k})
+			return &dataupdater.ProtectedPathError{Path: owner}
 		}
 		p := storage.Path{k}
 		if !has {

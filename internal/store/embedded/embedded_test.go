@@ -135,6 +135,14 @@ func TestU3_AllOrNothing(t *testing.T) {
 		{"U3_invalid_data_json", func() error {
 			return s.ApplyPolicy(ctx, st.Full("h2", map[string]string{"rbac/rbac.rego": rbacV2}, map[string]string{"extra": `{"value": `}))
 		}, isData},
+		// Catches: root data keys taken as ownership keys whatever they hold
+		// ("a/b" would read as the path a.b, "" as the root).
+		{"F6_root_key_with_slash_refused", func() error {
+			return s.ApplyPolicy(ctx, st.Full("h2", map[string]string{"rbac/rbac.rego": rbacV1}, map[string]string{".": `{"a/b": 1}`}))
+		}, isData},
+		{"F6_root_key_empty_refused", func() error {
+			return s.ApplyPolicy(ctx, st.Full("h2", map[string]string{"rbac/rbac.rego": rbacV1}, map[string]string{".": `{"": 1}`}))
+		}, isData},
 		{"U3_delta_compile_error", func() error {
 			return s.ApplyPolicy(ctx, st.Delta("h1", "h2", map[string]string{"bad/bad.rego": unsafe}, map[string]string{"extra": `{"value": 3}`}, []string{"rbac/rbac.rego"}, nil))
 		}, isCompile},

@@ -42,14 +42,14 @@ func (s *Store) WriteData(ctx context.Context, w dataupdater.Write) error {
 				if len(p) == 0 {
 					return &dataupdater.ProtectedPathError{Path: ""}
 				}
-				if k := dataupdater.Protected(protected, p[:1]); k != "" {
+				if k, ok := dataupdater.Protected(protected, p[:1]); ok {
 					return &dataupdater.ProtectedPathError{Path: k}
 				}
 			}
 		}
 	}
 	if len(w.Path) > 0 {
-		if k := dataupdater.Protected(protected, w.Path); k != "" {
+		if k, ok := dataupdater.Protected(protected, w.Path); ok {
 			return &dataupdater.ProtectedPathError{Path: k}
 		}
 		return s.writeData(ctx, w.Path, w.Method, w.Value, w.Patch)
@@ -63,7 +63,7 @@ func (s *Store) WriteData(ctx context.Context, w dataupdater.Write) error {
 	}
 	keys := make([]string, 0, len(obj))
 	for k := range obj {
-		if owner := dataupdater.Protected(protected, []string{k}); owner != "" {
+		if owner, ok := dataupdater.Protected(protected, []string{k}); ok {
 			return &dataupdater.ProtectedPathError{Path: owner}
 		}
 		keys = append(keys, k)
