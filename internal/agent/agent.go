@@ -386,9 +386,11 @@ func (a *Agent) onNotify(topic string, data json.RawMessage) {
 		a.log.Warn("invalid policy update message ignored", "topic", topic, "bytes", len(data))
 		return
 	}
-	a.metrics.UpdateRequested("notification")
-	// The queue keeps only the changed dirs that are subscription dirs.
-	a.queue.PolicyUpdate(*m.ChangedDirectories)
+	// The queue keeps only the changed dirs that are subscription dirs;
+	// a notify outside them asked for nothing.
+	if a.queue.PolicyUpdate(*m.ChangedDirectories) { // guard: mutation "|| true" counts ignored notifies
+		a.metrics.UpdateRequested("notification")
+	}
 }
 
 func (a *Agent) onTransaction(tx updater.Transaction) {
@@ -551,7 +553,8 @@ type measuredStore struct {
 func (s measuredStore) ApplyPolicy(ctx context.Context, b *fetcher.PolicyBundle) error {
 	start := s.clk.Now()
 	err := s.Store.ApplyPolicy(ctx, b)
-	s.m.StoreApply(s.clk.Since(start), err)
+	bm := (*updater.BaseMismatchError)(nil)
+	s.m.StoreApply(s.clk.Since(start), err, errors.As(err, &bm))
 	return err
 }
 

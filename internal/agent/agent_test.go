@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,9 +13,11 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/opal-go/opal-client/fetcher"
 	"github.com/opal-go/opal-client/internal/metrics"
 	"github.com/opal-go/opal-client/internal/status"
 	"github.com/opal-go/opal-client/scheduler"
+	"github.com/opal-go/opal-client/updater"
 )
 
 // TestStaleWarning pins the "policy stale" contract warning: it appears only
@@ -126,4 +130,51 @@ func TestP33_Notify(t *testing.T) {
 			t.Fatal("a forced update must not send base_hash")
 		}
 	})
+}
+
+// mismatchStore refuses every bundle as a delta on another base.
+type mismatchStore struct{ updater.Store }
+
+func (mismatchStore) ApplyPolicy(context.Context, *fetcher.PolicyBundle) error {
+	return fmt.Errorf("apply: %w", &updater.BaseMismatchError{Current: "a", Base: "b"})
+}
+
+// TestReview4_Counters (review finding 4): the counters alerts are built on
+// count only what they name.
+func TestReview4_Counters(t *testing.T) {
+	t.Run("a_base_mismatch_is_no_store_failure", func(t *testing.T) {
+		clk := clock.NewMock()
+		m := metrics.New(metrics.Options{Clock: clk})
+		s := measuredStore{mismatchStore{}, m, clk}
+		_ = s.ApplyPolicy(context.Background(), &fetcher.PolicyBundle{})
+		// guards mutation "false && errors.As(err, &bm)" in measuredStore
+		if v, _ := metrics.Value(m.Registry(), "opal_client_store_applies_total", map[string]string{"result": "failure"}); v != 0 {
+			t.Fatalf("failure = %v, want 0", v)
+		}
+		if v, _ := metrics.Value(m.Registry(), "opal_client_store_applies_total", map[string]string{"result": "base_mismatch"}); v != 1 {
+			t.Fatalf("base_mismatch = %v, want 1", v)
+		}
+	})
+	cases := []struct {
+		name string
+		dirs string
+		want float64
+	}{
+		// guards mutation "|| true" in onNotify
+		{"notify_outside_the_subscription_dirs_is_not_counted", `["other"]`, 0},
+		{"notify_in_a_subscription_dir_is_counted", `["rbac"]`, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewMock()
+			a := &Agent{clk: clk, log: slog.New(slog.DiscardHandler), metrics: metrics.New(metrics.Options{Clock: clk}),
+				policyTopics: map[string]bool{"policy:rbac": true},
+				queue:        updater.New(updater.Options{Clock: clk, Dirs: []string{"rbac"}})}
+			a.onNotify("policy:rbac", json.RawMessage(`{"old_policy_hash":"a","new_policy_hash":"b","changed_directories":`+c.dirs+`}`))
+			v, _ := metrics.Value(a.metrics.Registry(), "opal_client_policy_update_requests_total", map[string]string{"reason": "notification"})
+			if v != c.want || float64(a.queue.Len()) != c.want {
+				t.Fatalf("counted %v, queued %d; want %v", v, a.queue.Len(), c.want)
+			}
+		})
+	}
 }

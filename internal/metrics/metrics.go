@@ -234,11 +234,18 @@ func (m *Metrics) DeferralArmed(flat bool) {
 }
 
 // StoreApply records one bundle applied to the store and how long it took.
-func (m *Metrics) StoreApply(d time.Duration, err error) {
+// A delta refused because the store moved to another base is counted as
+// result="base_mismatch", not as a failure: the updater then fetches a full
+// bundle, and nothing is wrong.
+func (m *Metrics) StoreApply(d time.Duration, err error, baseMismatch bool) {
 	if m == nil {
 		return
 	}
 	m.applyDuration.Observe(d.Seconds())
+	if baseMismatch { // guard: mutation "if false {" counts a harmless base mismatch as a failure
+		m.applies.WithLabelValues("base_mismatch").Inc()
+		return
+	}
 	if err != nil {
 		m.applies.WithLabelValues("failure").Inc()
 		return

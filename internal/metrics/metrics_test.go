@@ -132,8 +132,11 @@ func TestMetricsMove(t *testing.T) {
 	m.DeferralArmed(false)
 	m.DeferralArmed(true)
 	flat = true
-	m.StoreApply(time.Millisecond, nil)
-	m.StoreApply(time.Millisecond, errors.New("compile"))
+	m.StoreApply(time.Millisecond, nil, false)
+	m.StoreApply(time.Millisecond, errors.New("compile"), false)
+	// Review finding 4a: a base mismatch is not a failure. guards mutation
+	// "if false {" in StoreApply
+	m.StoreApply(time.Millisecond, errors.New("delta on another base"), true)
 	clk.Add(time.Minute)
 	m.Transaction("aaa", true, "", clk.Now())
 	m.Transaction("bbb", true, "", clk.Now())
@@ -151,6 +154,7 @@ func TestMetricsMove(t *testing.T) {
 		{"opal_client_policy_deferral_rounds_total", map[string]string{"phase": "flat"}, 1},
 		{"opal_client_policy_deferral_flat_phase", nil, 1},
 		{"opal_client_store_applies_total", map[string]string{"result": "failure"}, 1},
+		{"opal_client_store_applies_total", map[string]string{"result": "base_mismatch"}, 1},
 		{"opal_client_policy_info", map[string]string{"hash": "bbb"}, 1},
 		{"opal_client_policy_last_success_timestamp_seconds", nil, float64(clk.Now().Unix())},
 		{"opal_client_policy_staleness_seconds", nil, 0},
