@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -182,6 +183,96 @@ type Plan struct {
 	Upserts     []fetcher.PolicyModule // manifest order, the rest after
 	Deletes     []string
 	Owned       Ownership // ownership after the bundle
+	// Keeps are owned data paths this delta does not write but that lie
+	// below one it deletes or rewrites: replacing data.a would remove
+	// data.a.b. Compose folds their current values into the writes.
+	Keeps [][]string
+}
+
+// Compose folds the current value of each Keeps path into the plan's
+// writes, so a delta that rewrites or deletes data.a keeps data.a.b that
+// another data.json owns: a delete above a kept path becomes a write of an
+// object holding only the kept data, and each kept value is set inside the
+// deepest write above it (data.a = {"x":9,"b":{"y":2}}). read returns the
+// current value of a path and whether it exists; call Compose before any
+// write. A kept path under a write whose value is not an object there gives
+// *DataError.
+func (p *Plan) Compose(read func(path []string) (any, bool, error)) error {
+	if len(p.Keeps) == 0 {
+		return nil
+	}
+	below := func(k, d []string) bool { return len(d) < len(k) && slices.Equal(k[:len(d)], d) }
+	deletes := p.DataDeletes[:0:0]
+	for _, d := range p.DataDeletes {
+		keep := false
+		for _, k := range p.Keeps {
+			keep = keep || below(k, d)
+		}
+		if keep {
+			p.DataWrites = append(p.DataWrites, DataWrite{Path: d, Value: map[string]any{}})
+			continue
+		}
+		deletes = append(deletes, d)
+	}
+	p.DataDeletes = deletes
+	sort.SliceStable(p.DataWrites, func(i, j int) bool { return len(p.DataWrites[i].Path) < len(p.DataWrites[j].Path) })
+	for _, k := range p.Keeps {
+		v, ok, err := read(k)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		w := -1 // the deepest write above k
+		for i := range p.DataWrites {
+			if below(k, p.DataWrites[i].Path) && (w < 0 || len(p.DataWrites[i].Path) > len(p.DataWrites[w].Path)) {
+				w = i
+			}
+		}
+		if w < 0 {
+			continue
+		}
+		obj, ok := p.DataWrites[w].Value.(map[string]any)
+		rest := k[len(p.DataWrites[w].Path):]
+		for _, seg := range rest[:len(rest)-1] {
+			if !ok {
+				break
+			}
+			next, has := obj[seg]
+			if !has {
+				next = map[string]any{}
+				obj[seg] = next
+			}
+			obj, ok = next.(map[string]any)
+		}
+		if !ok {
+			return &DataError{Dir: p.Owned[strings.Join(k, "/")],
+				Err: fmt.Errorf("data.%s is not an object, so the data at %s cannot be kept", strings.Join(p.DataWrites[w].Path, "."), strings.Join(k, "/"))}
+		}
+		obj[rest[len(rest)-1]] = copyJSON(v)
+	}
+	return nil
+}
+
+// copyJSON deep-copies a decoded document, so a value read from a store is
+// not shared with what is written back.
+func copyJSON(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = copyJSON(e)
+		}
+		return m
+	case []any:
+		s := make([]any, len(x))
+		for i, e := range x {
+			s[i] = copyJSON(e)
+		}
+		return s
+	}
+	return v
 }
 
 // NewPlan computes the plan of bundle b against the current state: the ids
@@ -260,6 +351,30 @@ func NewPlan(b *fetcher.PolicyBundle, current map[string]*ast.Module, owned Owne
 		p.DataDeletes = append(p.DataDeletes, strings.Split(k, "/"))
 	}
 	p.Owned = next
+	if b.IsDelta() {
+		// Owned paths the delta leaves alone but would wipe from above.
+		written := map[string]bool{}
+		for _, w := range p.DataWrites {
+			written[strings.Join(w.Path, "/")] = true
+		}
+		var keeps []string
+		for k := range next {
+			if written[k] {
+				continue
+			}
+			for _, top := range append(append([][]string(nil), p.DataDeletes...), pathsOf(p.DataWrites)...) {
+				t := strings.Join(top, "/")
+				if strings.HasPrefix(k, t+"/") {
+					keeps = append(keeps, k)
+					break
+				}
+			}
+		}
+		sort.Strings(keeps)
+		for _, k := range keeps {
+			p.Keeps = append(p.Keeps, strings.Split(k, "/"))
+		}
+	}
 
 	// Policies.
 	inBundle := map[string]bool{}
@@ -291,6 +406,14 @@ func NewPlan(b *fetcher.PolicyBundle, current map[string]*ast.Module, owned Owne
 		sort.Strings(p.Deletes)
 	}
 	return p, nil
+}
+
+func pathsOf(ws []DataWrite) [][]string {
+	out := make([][]string, len(ws))
+	for i, w := range ws {
+		out[i] = w.Path
+	}
+	return out
 }
 
 func isArray(v any) bool { _, ok := v.([]any); return ok }

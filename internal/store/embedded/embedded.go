@@ -196,6 +196,16 @@ func (s *Store) ApplyPolicy(ctx context.Context, b *fetcher.PolicyBundle) error 
 		if plan, err = store.NewPlan(b, current, s.owned, s.ignore); err != nil {
 			return nil, err
 		}
+		// Before any write: the kept values are read as they are now.
+		if err := plan.Compose(func(p []string) (any, bool, error) {
+			v, err := s.opa.Read(ctx, txn, storage.Path(p))
+			if storage.IsNotFound(err) {
+				return nil, false, nil
+			}
+			return v, err == nil, err
+		}); err != nil {
+			return nil, err
+		}
 		result, err := s.parser.Result(plan, current)
 		if err != nil {
 			return nil, err

@@ -262,3 +262,38 @@ func TestHealthAndShutdown(t *testing.T) {
 		t.Fatal("shut down store reports healthy")
 	}
 }
+
+// TestU3_DeltaRewriteKeepsNestedOwnedData: a delta that rewrites or deletes
+// data.a keeps data.a.b, which another data.json owns and the delta leaves
+// alone (a replace at data.a would remove it).
+func TestU3_DeltaRewriteKeepsNestedOwnedData(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		delta   map[string]string
+		deleted []string
+		want    string // GET /v1/data/a
+		wantErr bool
+	}{
+		// Catches: not composing the kept data into the rewrite.
+		{"rewrite_keeps_nested", map[string]string{"a": `{"x":9}`}, nil, `{"result":{"b":{"y":2},"x":9}}`, false},
+		// Catches: deleting data.a with data.a.b still owned.
+		{"delete_keeps_nested", nil, []string{"a"}, `{"result":{"b":{"y":2}}}`, false},
+		{"rewrite_nested_too", map[string]string{"a": `{"x":9}`, "a/b": `{"y":3}`}, nil, `{"result":{"b":{"y":3},"x":9}}`, false},
+		{"rewrite_not_object_refused", map[string]string{"a": `[1]`}, nil, `{"result":{"b":{"y":2},"x":1}}`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, o := newStore(t)
+			ctx := context.Background()
+			if err := s.ApplyPolicy(ctx, st.Full("h1", nil, map[string]string{"a": `{"x":1}`, "a/b": `{"y":2}`})); err != nil {
+				t.Fatal(err)
+			}
+			err := s.ApplyPolicy(ctx, st.Delta("h1", "h2", nil, tc.delta, nil, tc.deleted))
+			if tc.wantErr != isData(err) || !tc.wantErr && err != nil {
+				t.Fatalf("err = %v", err)
+			}
+			if got := o.Get("/v1/data/a"); got != tc.want {
+				t.Fatalf("data.a = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

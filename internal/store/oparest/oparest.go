@@ -192,6 +192,10 @@ func (s *Store) ApplyPolicy(ctx context.Context, b *fetcher.PolicyBundle) error 
 	if _, err := store.Compile(result, nil); err != nil {
 		return err
 	}
+	// Before any write: the kept values are fetched as they are now.
+	if err := plan.Compose(func(p []string) (any, bool, error) { return s.readData(ctx, p) }); err != nil {
+		return err
+	}
 	writes, err := s.write(ctx, plan)
 	if err != nil {
 		if writes == 0 {
@@ -301,6 +305,31 @@ func (s *Store) modules(ctx context.Context) (map[string]*ast.Module, error) {
 		out[p.ID] = m
 	}
 	return out, nil
+}
+
+// readData is GET /v1/data/<path>: the document and whether it is defined.
+func (s *Store) readData(ctx context.Context, p []string) (any, bool, error) {
+	body, err := s.do(ctx, "GET", dataURL(p), "", nil, http.StatusOK)
+	if err != nil {
+		return nil, false, err
+	}
+	var doc struct {
+		Result *json.RawMessage `json:"result"`
+	}
+	d := json.NewDecoder(bytes.NewReader(body))
+	if err := d.Decode(&doc); err != nil {
+		return nil, false, &RemoteError{Method: "GET", Path: dataURL(p), Status: http.StatusOK, Body: "undecodable data", Err: err}
+	}
+	if doc.Result == nil {
+		return nil, false, nil
+	}
+	d = json.NewDecoder(bytes.NewReader(*doc.Result))
+	d.UseNumber() // numbers exactly as stored
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, false, &RemoteError{Method: "GET", Path: dataURL(p), Status: http.StatusOK, Body: "undecodable data", Err: err}
+	}
+	return v, true, nil
 }
 
 // dataURL is /v1/data/<path>, each segment escaped; the root is /v1/data.

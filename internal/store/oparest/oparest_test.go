@@ -298,3 +298,33 @@ func TestHealth(t *testing.T) {
 		t.Fatal("unreachable remote reported healthy")
 	}
 }
+
+// TestU3_DeltaRewriteKeepsNestedOwnedData: as in the embedded store, a
+// delta that rewrites or deletes data.a keeps data.a.b (fetched first).
+func TestU3_DeltaRewriteKeepsNestedOwnedData(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		delta   map[string]string
+		deleted []string
+		want    string
+	}{
+		// Catches: not fetching the kept data before the writes.
+		{"rewrite_keeps_nested", map[string]string{"a": `{"x":9}`}, nil, `{"result":{"b":{"y":2},"x":9}}`},
+		{"delete_keeps_nested", nil, []string{"a"}, `{"result":{"b":{"y":2}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRemote(t)
+			s := newStore(t, r, Options{})
+			ctx := context.Background()
+			if err := s.ApplyPolicy(ctx, st.Full("h1", nil, map[string]string{"a": `{"x":1}`, "a/b": `{"y":2}`})); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.ApplyPolicy(ctx, st.Delta("h1", "h2", nil, tc.delta, nil, tc.deleted)); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.opa.Get("/v1/data/a"); got != tc.want {
+				t.Fatalf("data.a = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
