@@ -23,11 +23,14 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/benbjohnson/clock"
+
+	"github.com/opal-go/opal-client/internal/status"
 )
 
 // DefaultHealthTimeout bounds the store probe of one health request.
@@ -104,7 +107,8 @@ func Handler(o Options) http.Handler {
 			log.Debug("health check failed", "error", err)
 			// Offline mode: serving a loaded (possibly restored) policy
 			// without the server is the point, so it is not an outage.
-			if o.OfflineMode && o.Ready != nil && o.Ready() { // guard: mutation "if o.Ready != nil && o.Ready() {" answers online:false without offline mode
+			// An unreachable store decides nothing: an outage in any mode.
+			if o.OfflineMode && !errors.Is(err, status.ErrStoreUnreachable) && o.Ready != nil && o.Ready() { // guard: mutation "if o.Ready != nil && o.Ready() {" answers online:false without offline mode
 				writeJSON(w, http.StatusOK, okOffline)
 				return
 			}

@@ -83,6 +83,11 @@ type Options struct {
 // ErrUnhealthy is wrapped by Healthy's errors.
 var ErrUnhealthy = errors.New("unhealthy")
 
+// ErrStoreUnreachable is wrapped, with ErrUnhealthy, by Healthy's error when
+// the policy store's probe fails: unlike a failed update, that is an outage
+// even in offline mode (nothing can be decided).
+var ErrStoreUnreachable = errors.New("policy store unreachable")
+
 // Tracker records transactions. Safe for concurrent use.
 type Tracker struct {
 	opts Options
@@ -173,6 +178,13 @@ func (t *Tracker) readyLocked() bool {
 // side is fine (updater disabled or its last transaction succeeded) and the
 // store answers its health probe.
 func (t *Tracker) Healthy(ctx context.Context) error {
+	// The store first: an unreachable store must not hide behind a failed
+	// update, which offline mode answers as healthy.
+	if t.opts.Store != nil {
+		if err := t.opts.Store.Health(ctx); err != nil { // guard: mutation "err != nil && false" reports a dead store as healthy
+			return fmt.Errorf("%w: %w: %v", ErrUnhealthy, ErrStoreUnreachable, err)
+		}
+	}
 	s := t.Snapshot()
 	if !s.Healthy {
 		t.mu.Lock()
@@ -186,11 +198,6 @@ func (t *Tracker) Healthy(ctx context.Context) error {
 			return fmt.Errorf("%w: no data transaction yet", ErrUnhealthy)
 		default:
 			return fmt.Errorf("%w: last data transaction %s failed: %s", ErrUnhealthy, t.lastData.ID, t.lastData.Error)
-		}
-	}
-	if t.opts.Store != nil {
-		if err := t.opts.Store.Health(ctx); err != nil {
-			return fmt.Errorf("%w: policy store: %v", ErrUnhealthy, err)
 		}
 	}
 	return nil

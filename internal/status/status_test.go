@@ -40,6 +40,8 @@ func TestReadyHealthy(t *testing.T) {
 		{"later_policy_failure_is_unhealthy", false, nil, []Transaction{tx(TypePolicy, true), tx(TypePolicy, false)}, true, false},
 		{"success_after_failure_is_healthy", false, nil, []Transaction{tx(TypePolicy, false), tx(TypePolicy, true)}, true, true},
 		{"unreachable_store_is_unhealthy", false, errors.New("down"), []Transaction{tx(TypePolicy, true)}, true, false},
+		// Review finding 5: the store is probed even after a failed update.
+		{"unreachable_store_after_failure_is_store_error", false, errors.New("down"), []Transaction{tx(TypePolicy, true), tx(TypePolicy, false)}, true, false},
 		// §5.3. Catches: readiness ignoring the data updater.
 		{"data_enabled_needs_data_success", true, nil, []Transaction{tx(TypePolicy, true)}, false, false},
 		{"data_enabled_data_ok", true, nil, []Transaction{tx(TypePolicy, true), tx(TypeData, true)}, true, true},
@@ -60,6 +62,11 @@ func TestReadyHealthy(t *testing.T) {
 			}
 			if err != nil && !errors.Is(err, ErrUnhealthy) {
 				t.Errorf("error %v does not wrap ErrUnhealthy", err)
+			}
+			// guards mutation "err != nil && false" in Healthy and the probe's
+			// order (a failed update must not hide a dead store)
+			if got := errors.Is(err, ErrStoreUnreachable); got != (tc.storeErr != nil) {
+				t.Errorf("error %v: ErrStoreUnreachable %v, want %v", err, got, tc.storeErr != nil)
 			}
 		})
 	}
