@@ -35,6 +35,23 @@ func (e *DataError) Error() string {
 
 func (e *DataError) Unwrap() error { return e.Err }
 
+// PolicyIDError is a bundle module whose path is not a clean policy id
+// ("/x.rego", "a//b.rego", "./x.rego", "../x.rego"): OPA's REST API cleans
+// such paths, so the module would land under another id and the next full
+// bundle would delete it. The whole bundle is refused; nothing is written.
+type PolicyIDError struct {
+	ID string
+}
+
+func (e *PolicyIDError) Error() string {
+	return fmt.Sprintf("policy module path %q is not a clean relative path", e.ID)
+}
+
+// cleanID reports whether id is a clean, relative, slash-separated path.
+func cleanID(id string) bool {
+	return id != "" && id == path.Clean(id) && !strings.HasPrefix(id, "/") && id != ".." && !strings.HasPrefix(id, "../")
+}
+
 // CompileError is a bundle whose resulting module set does not parse or
 // compile. Nothing was written.
 type CompileError struct {
@@ -379,6 +396,9 @@ func NewPlan(b *fetcher.PolicyBundle, current map[string]*ast.Module, owned Owne
 	// Policies.
 	inBundle := map[string]bool{}
 	for _, m := range orderModules(b) {
+		if !cleanID(m.Path) {
+			return nil, &PolicyIDError{ID: m.Path}
+		}
 		if ig.Match(m.Path) {
 			continue
 		}

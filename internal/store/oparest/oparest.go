@@ -158,7 +158,7 @@ func (s *Store) Health(ctx context.Context) error {
 func (s *Store) SetHealthPolicy(ctx context.Context, rego string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, err := s.do(ctx, "PUT", "/v1/policies/"+store.HealthPolicyID, "text/plain", []byte(rego), http.StatusOK)
+	_, err := s.do(ctx, "PUT", policyURL(store.HealthPolicyID), "text/plain", []byte(rego), http.StatusOK)
 	return err
 }
 
@@ -258,7 +258,7 @@ func (s *Store) write(ctx context.Context, p *store.Plan) (int, error) {
 			if o.method == "DELETE" {
 				ok, ctype = []int{http.StatusOK, http.StatusNotFound}, ""
 			}
-			_, err := s.do(ctx, o.method, "/v1/policies/"+o.id, ctype, o.body, ok...)
+			_, err := s.do(ctx, o.method, policyURL(o.id), ctype, o.body, ok...)
 			var re *RemoteError
 			if errors.As(err, &re) && re.Status == http.StatusBadRequest {
 				again, last = append(again, o), err
@@ -332,16 +332,24 @@ func (s *Store) readData(ctx context.Context, p []string) (any, bool, error) {
 	return v, true, nil
 }
 
+// policyURL is /v1/policies/<id>, each segment escaped ("a b?.rego").
+func policyURL(id string) string { return "/v1/policies/" + escapePath(strings.Split(id, "/")) }
+
 // dataURL is /v1/data/<path>, each segment escaped; the root is /v1/data.
 func dataURL(p []string) string {
 	if len(p) == 0 {
 		return "/v1/data"
 	}
+	return "/v1/data/" + escapePath(p)
+}
+
+// escapePath joins segments with "/", each escaped for a URL path.
+func escapePath(p []string) string {
 	segs := make([]string, len(p))
 	for i, s := range p {
 		segs[i] = url.PathEscape(s)
 	}
-	return "/v1/data/" + strings.Join(segs, "/")
+	return strings.Join(segs, "/")
 }
 
 // do sends one call with the bounded retry: 5xx and transport errors are

@@ -328,3 +328,45 @@ func TestU3_DeltaRewriteKeepsNestedOwnedData(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyIDs: a module path OPA would store under another id is refused
+// before any write (the next full bundle would delete it while reporting
+// success); ids with URL metacharacters reach OPA under their own name.
+func TestPolicyIDs(t *testing.T) {
+	isID := func(err error) bool { var e *store.PolicyIDError; return errors.As(err, &e) }
+	for _, tc := range []struct{ name, id string }{
+		// Catches: unclean ids taken as they are.
+		{"leading_slash_refused", "/x.rego"},
+		{"double_slash_refused", "a//b.rego"},
+		{"dot_segment_refused", "./x.rego"},
+		{"parent_segment_refused", "../x.rego"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRemote(t)
+			s := newStore(t, r, Options{})
+			ctx := context.Background()
+			if err := s.ApplyPolicy(ctx, st.Full("h1", map[string]string{"rbac/rbac.rego": rbacV1}, nil)); err != nil {
+				t.Fatal(err)
+			}
+			before, writes := r.opa.Snapshot(), r.count()
+			err := s.ApplyPolicy(ctx, st.Full("h2", map[string]string{tc.id: "package x\n\ny := 1\n"}, nil))
+			if !isID(err) {
+				t.Fatalf("err = %v, want *store.PolicyIDError", err)
+			}
+			if r.count() != writes || r.opa.Snapshot() != before {
+				t.Fatal("remote changed")
+			}
+		})
+	}
+	// Catches: an id sent unescaped ("?" would start a query).
+	t.Run("segments_escaped", func(t *testing.T) {
+		r := newRemote(t)
+		s := newStore(t, r, Options{})
+		if err := s.ApplyPolicy(context.Background(), st.Full("h1", map[string]string{"a b/c?.rego": "package x\n\ny := 1\n"}, nil)); err != nil {
+			t.Fatal(err)
+		}
+		if code, body := r.opa.Do("GET", "/v1/policies/a%20b/c%3F.rego", ""); code != 200 {
+			t.Fatalf("policy not under its id: %d %s", code, body)
+		}
+	})
+}
