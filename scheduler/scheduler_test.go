@@ -1,7 +1,6 @@
 package scheduler_test
 
 import (
-	"context"
 	"log/slog"
 	"math"
 	"sync"
@@ -12,38 +11,11 @@ import (
 	"github.com/benbjohnson/clock"
 	"go.uber.org/goleak"
 
+	"github.com/opal-go/opal-client/internal/testutil"
 	"github.com/opal-go/opal-client/scheduler"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// logRec captures log records so tests can count WARNINGs (D7).
-type logRec struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (l *logRec) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRec) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.recs = append(l.recs, r)
-	return nil
-}
-func (l *logRec) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logRec) WithGroup(string) slog.Handler      { return l }
-
-func (l *logRec) warnings() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, r := range l.recs {
-		if r.Level == slog.LevelWarn {
-			n++
-		}
-	}
-	return n
-}
 
 type armed struct {
 	round int
@@ -58,14 +30,14 @@ type armed struct {
 type rig struct {
 	s     *scheduler.Scheduler
 	clk   *clock.Mock
-	log   *logRec
+	log   *testutil.LogRecorder
 	fired chan struct{}
 	arms  []armed
 }
 
 func newRig(t *testing.T, o scheduler.Options) *rig {
 	t.Helper()
-	r := &rig{clk: clock.NewMock(), log: &logRec{}, fired: make(chan struct{}, 100)}
+	r := &rig{clk: clock.NewMock(), log: &testutil.LogRecorder{}, fired: make(chan struct{}, 100)}
 	o.Clock = r.clk
 	o.Logger = slog.New(r.log)
 	if o.Fire == nil {
@@ -241,8 +213,8 @@ func TestD3_FlatPhase(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			r.armAndFire(t, 0, false)
 		}
-		if r.s.Flat() || r.log.warnings() != 3 {
-			t.Fatalf("after the budget: flat %v, %d warnings; want false, 3", r.s.Flat(), r.log.warnings())
+		if r.s.Flat() || r.log.Count(slog.LevelWarn) != 3 {
+			t.Fatalf("after the budget: flat %v, %d warnings; want false, 3", r.s.Flat(), r.log.Count(slog.LevelWarn))
 		}
 		for i := 0; i < 10; i++ {
 			r.armAndFire(t, 0, false)
@@ -250,7 +222,7 @@ func TestD3_FlatPhase(t *testing.T) {
 		if !r.s.Flat() {
 			t.Fatal("not flat after the budget")
 		}
-		if n := r.log.warnings(); n != 4 {
+		if n := r.log.Count(slog.LevelWarn); n != 4 {
 			t.Fatalf("%d warnings, want 3 rounds + 1 on entering the flat phase", n)
 		}
 		if r.s.Round() != 4 {
@@ -371,7 +343,7 @@ func TestD8_Disabled(t *testing.T) {
 				t.Fatal("disabled scheduler armed")
 			}
 		}
-		if r.s.Pending() || r.s.Flat() || r.log.warnings() != 0 || len(r.arms) != 0 {
+		if r.s.Pending() || r.s.Flat() || r.log.Count(slog.LevelWarn) != 0 || len(r.arms) != 0 {
 			t.Fatal("disabled scheduler changed state or logged")
 		}
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/opal-go/opal-client/config"
 	"github.com/opal-go/opal-client/fetcher"
 	"github.com/opal-go/opal-client/internal/memstore"
+	"github.com/opal-go/opal-client/internal/testutil"
 	"github.com/opal-go/opal-client/scheduler"
 	"github.com/opal-go/opal-client/updater"
 )
@@ -47,7 +48,7 @@ func TestE2E_OutageThenRecovery(t *testing.T) {
 	defer srv.Close()
 
 	clk := clock.NewMock()
-	rec := &logRec{}
+	rec := &testutil.LogRecorder{}
 	logger := slog.New(rec)
 	f := fetcher.New(fetcher.Options{ServerURL: srv.URL, Token: "tok",
 		Retry:         config.ConnRetryOptions{WaitStrategy: config.WaitFixed, WaitTime: time.Second, Attempts: 1},
@@ -96,8 +97,8 @@ func TestE2E_OutageThenRecovery(t *testing.T) {
 	}
 	// F9 + D7: one WARNING per exhausted fetch (from the fetcher) and one
 	// per deferral round (from the scheduler), nothing else.
-	if n := rec.count(slog.LevelWarn); n != 6 {
-		for _, r := range rec.recs {
+	if n := rec.Count(slog.LevelWarn); n != 6 {
+		for _, r := range rec.Records() {
 			t.Log(r.Level, r.Message)
 		}
 		t.Fatalf("%d warnings, want 3 exhausted fetches + 3 rounds", n)

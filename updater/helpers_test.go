@@ -12,37 +12,10 @@ import (
 
 	"github.com/opal-go/opal-client/fetcher"
 	"github.com/opal-go/opal-client/internal/memstore"
+	"github.com/opal-go/opal-client/internal/testutil"
 	"github.com/opal-go/opal-client/scheduler"
 	"github.com/opal-go/opal-client/updater"
 )
-
-// logRec captures log records so tests can count WARNINGs.
-type logRec struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (l *logRec) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logRec) Handle(_ context.Context, r slog.Record) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.recs = append(l.recs, r)
-	return nil
-}
-func (l *logRec) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logRec) WithGroup(string) slog.Handler      { return l }
-
-func (l *logRec) count(level slog.Level) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, r := range l.recs {
-		if r.Level == level {
-			n++
-		}
-	}
-	return n
-}
 
 // outcome is what the fake fetcher answers to one Fetch.
 type outcome struct {
@@ -130,7 +103,7 @@ type rig struct {
 	st    *memstore.Store
 	f     *fakeFetcher
 	clk   *clock.Mock
-	log   *logRec
+	log   *testutil.LogRecorder
 	mu    sync.Mutex
 	arms  []armRec
 	txs   []updater.Transaction
@@ -151,7 +124,7 @@ type rigOpt struct {
 func newRig(t *testing.T, o rigOpt) *rig {
 	t.Helper()
 	r := &rig{st: memstore.New(), f: &fakeFetcher{def: outcome{bundle: full("h1")}}, clk: clock.NewMock(),
-		log: &logRec{}, runEr: make(chan error, 1)}
+		log: &testutil.LogRecorder{}, runEr: make(chan error, 1)}
 	logger := slog.New(r.log)
 	if o.maxRounds == 0 && !o.exact {
 		o.maxRounds = 20

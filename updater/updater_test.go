@@ -136,7 +136,7 @@ func TestD6_ReconnectStormReachesFlat(t *testing.T) {
 		}
 		// One WARNING per escalating round and one on entering the flat phase
 		// (D7); the fake fetcher logs nothing and the updater only DEBUG (F9).
-		if n := r.log.count(slog.LevelWarn); n != 4 {
+		if n := r.log.Count(slog.LevelWarn); n != 4 {
 			t.Fatalf("%d warnings, want 4", n)
 		}
 		r.f.set(outcome{bundle: full("h2")})
@@ -256,7 +256,7 @@ func TestU3_ApplyFailureReported(t *testing.T) {
 		if h, _ := r.st.PolicyHash(context.Background()); h != "" {
 			t.Fatal("failed write changed the store")
 		}
-		if n := r.log.count(slog.LevelWarn); n != 1 {
+		if n := r.log.Count(slog.LevelWarn); n != 1 {
 			t.Fatalf("%d warnings, want 1 for the failed apply", n)
 		}
 	})
@@ -458,7 +458,7 @@ func TestU3_ApplyFailureAfterBaseMismatchWarned(t *testing.T) {
 		if h, _ := r.st.PolicyHash(context.Background()); h != "h0" {
 			t.Fatalf("hash %q, want h0 (unchanged)", h)
 		}
-		if n := r.log.count(slog.LevelWarn); n != 1 {
+		if n := r.log.Count(slog.LevelWarn); n != 1 {
 			t.Fatalf("%d warnings, want 1 for the failed apply", n)
 		}
 	})
