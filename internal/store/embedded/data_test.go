@@ -9,28 +9,6 @@ import (
 	st "github.com/opal-go/opal-client/internal/store/storetest"
 )
 
-func value(t *testing.T, s string) any {
-	t.Helper()
-	ops, err := dataupdater.DecodePatch([]byte(`[{"op":"add","path":"","value":` + s + `}]`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := dataupdater.ApplyPatch(nil, ops)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func patch(t *testing.T, s string) []dataupdater.PatchOp {
-	t.Helper()
-	ops, err := dataupdater.DecodePatch([]byte(s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ops
-}
-
 // TestDataWrite covers the embedded store's data writes (issue 7 item 4):
 // PUT and PATCH at a path and at the root, split or not, and U3 for data: a
 // write that fails leaves the store exactly as it was.
@@ -42,13 +20,13 @@ func TestDataWrite(t *testing.T) {
 		want    string // its body
 	}
 	put := func(path, v string) dataupdater.Write {
-		return dataupdater.Write{Path: dataupdater.SplitPath(path), Method: dataupdater.MethodPut, Value: value(t, v)}
+		return dataupdater.Write{Path: dataupdater.SplitPath(path), Method: dataupdater.MethodPut, Value: st.Value(t, v)}
 	}
 	rootPut := func(v string, split bool) dataupdater.Write {
-		return dataupdater.Write{Method: dataupdater.MethodPut, Value: value(t, v), SplitRoot: split}
+		return dataupdater.Write{Method: dataupdater.MethodPut, Value: st.Value(t, v), SplitRoot: split}
 	}
 	pat := func(path, ops string) dataupdater.Write {
-		return dataupdater.Write{Path: dataupdater.SplitPath(path), Method: dataupdater.MethodPatch, Patch: patch(t, ops)}
+		return dataupdater.Write{Path: dataupdater.SplitPath(path), Method: dataupdater.MethodPatch, Patch: st.Patch(t, ops)}
 	}
 	isPatch := func(err error) bool { var e *dataupdater.PatchError; return errors.As(err, &e) }
 	isProt := func(err error) bool { var e *dataupdater.ProtectedPathError; return errors.As(err, &e) }

@@ -9,24 +9,6 @@ import (
 	st "github.com/opal-go/opal-client/internal/store/storetest"
 )
 
-func dval(t *testing.T, s string) any {
-	t.Helper()
-	v, err := dataupdater.ApplyPatch(nil, dpatch(t, `[{"op":"add","path":"","value":`+s+`}]`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func dpatch(t *testing.T, s string) []dataupdater.PatchOp {
-	t.Helper()
-	ops, err := dataupdater.DecodePatch([]byte(s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ops
-}
-
 // TestDataWrite covers the REST store's data writes (protocol §5.1) against
 // a real OPA: PUT and PATCH, the root key by key, bundle data never touched,
 // a patch OPA refuses leaving the data as it was (U3).
@@ -34,10 +16,10 @@ func TestDataWrite(t *testing.T) {
 	isProt := func(err error) bool { var e *dataupdater.ProtectedPathError; return errors.As(err, &e) }
 	isPatch := func(err error) bool { var e *dataupdater.PatchError; return errors.As(err, &e) }
 	put := func(path, v string) dataupdater.Write {
-		return dataupdater.Write{Path: dataupdater.SplitPath(path), Method: dataupdater.MethodPut, Value: dval(t, v)}
+		return dataupdater.Write{Path: dataupdater.SplitPath(path), Method: dataupdater.MethodPut, Value: st.Value(t, v)}
 	}
 	pat := func(path, ops string) dataupdater.Write {
-		return dataupdater.Write{Path: dataupdater.SplitPath(path), Method: dataupdater.MethodPatch, Patch: dpatch(t, ops)}
+		return dataupdater.Write{Path: dataupdater.SplitPath(path), Method: dataupdater.MethodPatch, Patch: st.Patch(t, ops)}
 	}
 	type step struct {
 		w         dataupdater.Write
@@ -55,9 +37,9 @@ func TestDataWrite(t *testing.T) {
 			wantErr: isPatch, get: "/v1/data/users", want: `{"result":{"bob":1}}`}}},
 		// Guards the ownership check (mutation: drop the Protected call).
 		{"owned_refused", []step{{w: put("/rbac", `{}`), wantErr: isProt, get: "/v1/data/rbac", want: `{"result":{"roles":["admin"]}}`}}},
-		{"root_put_key_by_key", []step{{w: put("/users", `1`)}, {w: dataupdater.Write{Method: dataupdater.MethodPut, Value: dval(t, `{"g":2}`)},
+		{"root_put_key_by_key", []step{{w: put("/users", `1`)}, {w: dataupdater.Write{Method: dataupdater.MethodPut, Value: st.Value(t, `{"g":2}`)},
 			get: "/v1/data", want: `{"result":{"app":{"rbac":{"allow":false}},"g":2,"rbac":{"roles":["admin"]},"users":1}}`}}},
-		{"root_put_owned_refused", []step{{w: dataupdater.Write{Method: dataupdater.MethodPut, Value: dval(t, `{"g":2,"rbac":1}`)},
+		{"root_put_owned_refused", []step{{w: dataupdater.Write{Method: dataupdater.MethodPut, Value: st.Value(t, `{"g":2,"rbac":1}`)},
 			wantErr: isProt, get: "/v1/data/g", want: `{}`}}},
 		{"root_patch_owned_refused", []step{{w: pat("", `[{"op":"remove","path":"/rbac"}]`), wantErr: isProt, get: "/v1/data/rbac", want: `{"result":{"roles":["admin"]}}`}}},
 		{"root_patch", []step{{w: pat("", `[{"op":"add","path":"/g","value":1}]`), get: "/v1/data/g", want: `{"result":1}`}}},
@@ -109,14 +91,14 @@ func TestPatchNotRetried(t *testing.T) {
 	r := newRemote(t)
 	s := newStore(t, r, Options{Attempts: 3})
 	ctx := context.Background()
-	if err := s.WriteData(ctx, dataupdater.Write{Path: []string{"users"}, Method: dataupdater.MethodPut, Value: dval(t, `{"l":[]}`)}); err != nil {
+	if err := s.WriteData(ctx, dataupdater.Write{Path: []string{"users"}, Method: dataupdater.MethodPut, Value: st.Value(t, `{"l":[]}`)}); err != nil {
 		t.Fatal(err)
 	}
 	r.mu.Lock()
 	r.lostPatch = true
 	r.mu.Unlock()
 	err := s.WriteData(ctx, dataupdater.Write{Path: []string{"users"}, Method: dataupdater.MethodPatch,
-		Patch: dpatch(t, `[{"op":"add","path":"/l/-","value":1}]`)})
+		Patch: st.Patch(t, `[{"op":"add","path":"/l/-","value":1}]`)})
 	var re *RemoteError
 	if !errors.As(err, &re) || re.Status != 500 {
 		t.Fatalf("err = %v, want the 500", err)

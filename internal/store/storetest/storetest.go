@@ -13,7 +13,29 @@ import (
 	"time"
 
 	"github.com/opal-go/opal-client/fetcher"
+	"github.com/opal-go/opal-client/internal/dataupdater"
 )
+
+// Value decodes JSON text the way the data updater does (numbers as
+// json.Number), for the value of a data write.
+func Value(t *testing.T, s string) any {
+	t.Helper()
+	v, err := dataupdater.ApplyPatch(nil, Patch(t, `[{"op":"add","path":"","value":`+s+`}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Patch decodes a JSON-Patch document for a data write.
+func Patch(t *testing.T, s string) []dataupdater.PatchOp {
+	t.Helper()
+	ops, err := dataupdater.DecodePatch([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops
+}
 
 // Full builds a full bundle.
 func Full(hash string, policies map[string]string, data map[string]string) *fetcher.PolicyBundle {
