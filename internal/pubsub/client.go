@@ -530,37 +530,34 @@ func (s *session) watchdog() {
 // pinger sends WebSocket ping frames so a healthy peer always has something
 // to answer within ReadTimeout.
 func (s *session) pinger() {
-	defer s.wg.Done()
-	tk := s.c.o.Clock.Ticker(s.c.o.PingInterval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-tk.C:
-			if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Time{}); err != nil {
-				return
-			}
-		}
-	}
+	s.every(s.c.o.PingInterval, func() error {
+		return s.conn.WriteControl(websocket.PingMessage, nil, time.Time{})
+	})
 }
 
 // keepAlive sends RPC _ping_ calls (§2.6). Like the Python client it does
 // not wait for the answer; dead peers are the watchdog's job.
 func (s *session) keepAlive() {
+	s.every(s.c.o.KeepAlive, func() error {
+		b, _, err := NewRequest("_ping_", nil)
+		if err != nil {
+			return err
+		}
+		return s.write(b)
+	})
+}
+
+// every calls f on each tick of d until the session ends or f fails.
+func (s *session) every(d time.Duration, f func() error) {
 	defer s.wg.Done()
-	tk := s.c.o.Clock.Ticker(s.c.o.KeepAlive)
+	tk := s.c.o.Clock.Ticker(d)
 	defer tk.Stop()
 	for {
 		select {
 		case <-s.done:
 			return
 		case <-tk.C:
-			b, _, err := NewRequest("_ping_", nil)
-			if err == nil {
-				err = s.write(b)
-			}
-			if err != nil {
+			if err := f(); err != nil {
 				return
 			}
 		}
