@@ -92,7 +92,9 @@ func TestOffline_RestartWithBackup(t *testing.T) {
 	srv.setScript(retryAfter(503, "1"), retryAfter(503, "1"))
 	before := len(srv.policyRequests())
 	begin := time.Now()
-	h := start(t, srv, offlineEnv(path))
+	// An hour between backups: after the first one, a later success stays
+	// pending until the shutdown flush writes it.
+	h := start(t, srv, offlineEnv(path, "OPAL_STORE_BACKUP_INTERVAL", "3600"))
 
 	t.Run("decisions_from_the_backup_within_a_second", func(t *testing.T) {
 		if !h.decide("alice", "write") || h.decide("carol", "write") {
@@ -133,6 +135,11 @@ func TestOffline_RestartWithBackup(t *testing.T) {
 		}
 	})
 	t.Run("shutdown_backs_up_the_new_policy", func(t *testing.T) {
+		// The recovery's backup is written at once (none yet this run); the
+		// next policy, an interval early, only by the flush on shutdown.
+		waitBackup(t, path, srv.head())
+		srv.update(map[string]string{"rbac/extra.rego": "package app.extra\n\nx := 1\n"})
+		h.successTx()
 		if err := h.shutdown(); err != nil {
 			t.Fatal(err)
 		}
@@ -147,6 +154,26 @@ func TestOffline_RestartWithBackup(t *testing.T) {
 			t.Fatalf("backup after the update: %v, err %v; want hash %s", st, err, srv.head())
 		}
 	})
+}
+
+// waitBackup waits, within the test deadline, until the backup at path holds
+// hash (the writer works in the background).
+func waitBackup(t *testing.T, path, hash string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	tk := time.NewTicker(5 * time.Millisecond)
+	defer tk.Stop()
+	for {
+		if st, _, err := backup.Read(path); err == nil && st.Hash == hash {
+			return
+		}
+		select {
+		case <-tk.C:
+		case <-ctx.Done():
+			t.Fatalf("the backup never held %s", hash)
+		}
+	}
 }
 
 // TestOffline_BadBackupStartsEmpty: a backup that cannot be used is logged
