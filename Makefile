@@ -1,11 +1,14 @@
 # Every tool a target needs is fetched here, pinned; a fresh machine needs only Go.
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+OPA_VERSION := v1.22.3
 BIN         := bin
+# A real OPA for the end-to-end tests against `opa run` (external store).
+OPA         := $(BIN)/opa
 PKGS        := ./...
 FUZZTIME    ?= 10s
 
-.PHONY: all build test fmt-check vet race mutate lint fuzz bench run clean
+.PHONY: all build test fmt-check vet race mutate lint fuzz bench run clean tree-check
 
 all: build
 
@@ -13,8 +16,20 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## test: format check, vet, race-enabled tests, and the mutation check (CI runs this)
-test: fmt-check vet race mutate
+## test: tracked-file check, format check, vet, race-enabled tests, and the mutation check (CI runs this)
+test: tree-check fmt-check vet race mutate
+
+## tree-check: no tracked file is a binary or larger than 1 MB (docs/ images excepted by name)
+tree-check:
+	@bad=0; for f in $$(git ls-files); do \
+	  case "$$f" in docs/*.svg|docs/*.png) continue;; esac; \
+	  [ -f "$$f" ] || continue; \
+	  if [ $$(wc -c < "$$f") -gt 1048576 ]; then echo "tracked file over 1 MB: $$f"; bad=1; fi; \
+	  if LC_ALL=C grep -qP '\x00' "$$f"; then echo "tracked binary file: $$f"; bad=1; fi; \
+	done; exit $$bad
+
+$(OPA):
+	GOBIN=$(abspath $(BIN)) $(GO) install github.com/open-policy-agent/opa@$(OPA_VERSION)
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -23,12 +38,12 @@ fmt-check:
 vet:
 	$(GO) vet $(PKGS)
 
-race:
-	$(GO) test -race -count=1 $(PKGS)
+race: $(OPA)
+	OPAL_TEST_OPA=$(abspath $(OPA)) $(GO) test -race -count=1 $(PKGS)
 
 ## mutate: apply every mutation in */mutations.txt; fails unless the tests catch each one
-mutate:
-	$(GO) run ./internal/tools/mutate
+mutate: $(OPA)
+	OPAL_TEST_OPA=$(abspath $(OPA)) $(GO) run ./internal/tools/mutate
 
 ## lint: gofmt, vet and staticcheck
 lint: fmt-check vet
