@@ -25,7 +25,7 @@ tree-check:
 	  case "$$f" in docs/*.svg|docs/*.png) continue;; esac; \
 	  [ -f "$$f" ] || continue; \
 	  if [ $$(wc -c < "$$f") -gt 1048576 ]; then echo "tracked file over 1 MB: $$f"; bad=1; fi; \
-	  if LC_ALL=C grep -qP '\x00' "$$f"; then echo "tracked binary file: $$f"; bad=1; fi; \
+	  if ! tr -d '\000' < "$$f" | cmp -s - "$$f"; then echo "tracked binary file: $$f"; bad=1; fi; \
 	done; exit $$bad
 
 $(OPA):
