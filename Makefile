@@ -12,9 +12,9 @@ FUZZTIME    ?= 10s
 
 all: build
 
-## build: the agent and the dev server into ./bin
+## build: the agent and the dev server into ./bin, statically linked (no cgo)
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 
 ## test: tracked-file check, format check, vet, race-enabled tests, and the mutation check (CI runs this)
 test: tree-check fmt-check vet race mutate

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sort"
 	"syscall"
 
 	"github.com/benbjohnson/clock"
@@ -34,26 +33,54 @@ var commands = map[string]func(context.Context, cmdEnv) int{
 	"version":      runVersion,
 }
 
+// shutdownSignals all run the same orderly shutdown (final backup included).
+// SIGHUP is among them because its default action kills the process at once
+// (exit 129) without that shutdown; an init system or a closing terminal
+// sends it, and the agent has no configuration file to reload.
+var shutdownSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+
+// usage is the text of --help; the wording of the commands matches
+// docs/operations.md.
+const usage = `usage: opal-client <command> [flags]
+
+A policy agent for OPAL: subscribes to an OPAL server, loads policy bundles
+and data into OPA (embedded, or external over REST), and serves the client
+API. Configuration is the OPAL_ environment only (docs/configuration.md).
+
+commands:
+  run            the daemon; exits 0 after SIGTERM, SIGINT or SIGHUP (all three
+                 run the same orderly shutdown, final backup included)
+  fetch          one policy fetch with the full retry policy; prints a JSON
+                 summary (fetch -h for its flags); exit 0 ok, 2 non-retryable,
+                 3 exhausted, 1 bad config
+  print-config   the effective configuration as JSON, secrets masked
+  version        the build version
+  help           this text (also -h, --help)
+`
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), shutdownSignals...)
 	code := dispatch(ctx, cmdEnv{args: os.Args[1:], lookup: os.LookupEnv, stdout: os.Stdout, stderr: os.Stderr, clock: clock.New()})
 	stop()
 	os.Exit(code)
 }
 
-// dispatch runs the subcommand named by e.args[0]; 1 on a usage error.
+// dispatch runs the subcommand named by e.args[0]. Asking for help prints the
+// usage on stdout and exits 0; no or an unknown command prints it on stderr
+// and exits 1.
 func dispatch(ctx context.Context, e cmdEnv) int {
 	if len(e.args) > 0 {
+		switch e.args[0] {
+		case "help", "-h", "-help", "--help":
+			fmt.Fprint(e.stdout, usage)
+			return exitOK
+		}
 		if cmd, ok := commands[e.args[0]]; ok {
 			e.args = e.args[1:]
 			return cmd(ctx, e)
 		}
+		fmt.Fprintf(e.stderr, "opal-client: unknown command %q\n\n", e.args[0])
 	}
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	fmt.Fprintf(e.stderr, "usage: opal-client <command> [flags]; commands: %v\n", names)
-	return 1
+	fmt.Fprint(e.stderr, usage)
+	return exitUsage
 }
