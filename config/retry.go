@@ -8,6 +8,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/opal-go/opal-client/internal/backoff"
 )
 
 // Wait strategies of ConnRetryOptions, as the Python client spells them.
@@ -111,21 +113,7 @@ func seconds(name string, s float64) (time.Duration, error) {
 // step is the exponential step after the n-th failure: WaitTime*2^(n-1),
 // capped at MaxWait, saturating instead of overflowing.
 func (o ConnRetryOptions) step(n int) time.Duration {
-	d := o.WaitTime
-	for i := 1; i < n; i++ {
-		if d > maxDuration/2 {
-			d = maxDuration
-			break
-		}
-		d = 2 * d
-		if o.MaxWait > 0 && d >= o.MaxWait {
-			break
-		}
-	}
-	if o.MaxWait > 0 && d > o.MaxWait {
-		d = o.MaxWait
-	}
-	return d
+	return backoff.Exponential(o.WaitTime, n, o.MaxWait)
 }
 
 // Wait is the configured backoff after the n-th failed attempt (n >= 1), F5:
@@ -140,14 +128,41 @@ func (o ConnRetryOptions) Wait(n int, rnd func() float64) time.Duration {
 	case WaitExponential:
 		return o.step(n)
 	case WaitRandomExponential:
-		r := rnd()
-		if !(r >= 0 && r < 1) { // a broken source must not produce a negative or overlong wait
-			r = 0
-		}
-		return time.Duration(r * float64(o.step(n)))
+		// backoff.Full with floor 0: a broken source cannot make the wait
+		// negative or longer than the step.
+		return backoff.Full(0, o.step(n), rnd())
 	default:
 		return o.WaitTime
 	}
+}
+
+// Limits of one retried fetch (F4): no wait between attempts is shorter
+// than MinWait (OPA's downloader uses the same 100 ms floor), and one fetch
+// makes at most MaxAttempts attempts. Bounded raises a configuration below
+// them.
+const (
+	MinWait     = 100 * time.Millisecond
+	MaxAttempts = 20
+)
+
+// Bounded returns o within the limits (WaitTime and MaxWait at least
+// MinWait, Attempts at most MaxAttempts) and one line per value it changed,
+// for the warning at start.
+func (o ConnRetryOptions) Bounded() (ConnRetryOptions, []string) {
+	var changed []string
+	if o.WaitTime < MinWait {
+		changed = append(changed, fmt.Sprintf("wait_time %gs raised to %gs", o.WaitTime.Seconds(), MinWait.Seconds()))
+		o.WaitTime = MinWait
+	}
+	if o.MaxWait > 0 && o.MaxWait < MinWait {
+		changed = append(changed, fmt.Sprintf("max_wait %gs raised to %gs", o.MaxWait.Seconds(), MinWait.Seconds()))
+		o.MaxWait = MinWait
+	}
+	if o.Attempts > MaxAttempts {
+		changed = append(changed, fmt.Sprintf("attempts %d lowered to %d", o.Attempts, MaxAttempts))
+		o.Attempts = MaxAttempts
+	}
+	return o, changed
 }
 
 // WorstCaseTotalWait is the exact sum of the Attempts-1 configured waits of one

@@ -20,17 +20,20 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
 
 	"github.com/opal-go/opal-client/config"
+	"github.com/opal-go/opal-client/internal/backoff"
 )
 
 // Defaults for the zero values of Options.
 const (
 	DefaultAttemptTimeout = 30 * time.Second
 	DefaultMaxBodyBytes   = 100 << 20
+	DefaultWarnEvery      = 5 * time.Minute
 )
 
 // Attempt classes (Attempt.Class).
@@ -74,6 +77,12 @@ type Options struct {
 	Logger     *slog.Logger   // nil discards
 	OnAttempt  func(Attempt)  // called after every attempt (F10)
 	OnRetry    func(Retry)    // called before every wait (F10)
+	// WarnEvery rate-limits the WARNING of failed fetches (F9): after one,
+	// later failures within WarnEvery log at DEBUG and are counted in the
+	// next WARNING (failures_since_last_warning), so a long outage costs one
+	// line per WarnEvery, not one per deferred round. 0 means
+	// DefaultWarnEvery; negative warns for every failed fetch.
+	WarnEvery time.Duration
 	// NoHintJitter honours a Retry-After hint exactly. By default the capped
 	// hint h is a floor and the wait is drawn uniformly from
 	// [h, h+min(h, MaxRetryAfter-h)]: never earlier than the server asked,
@@ -124,6 +133,10 @@ type Fetcher struct {
 	clock  clock.Clock
 	rand   func() float64
 	log    *slog.Logger
+
+	wmu        sync.Mutex
+	lastWarn   time.Time // zero: no WARNING since the last success
+	suppressed int       // failed fetches logged at DEBUG since lastWarn
 }
 
 // New returns a Fetcher, filling the defaults of o.
@@ -132,6 +145,10 @@ func New(o Options) *Fetcher {
 	if f.o.Retry == (config.ConnRetryOptions{}) {
 		f.o.Retry = config.DefaultPolicyUpdaterConnRetry()
 	}
+	// F4: no wait below the floor, no fetch over the attempt cap, whatever
+	// was configured; said once, at start.
+	var changed []string
+	f.o.Retry, changed = f.o.Retry.Bounded()
 	if f.o.AttemptTimeout <= 0 {
 		f.o.AttemptTimeout = DefaultAttemptTimeout
 	}
@@ -153,12 +170,21 @@ func New(o Options) *Fetcher {
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
 	}
+	if f.o.WarnEvery == 0 {
+		f.o.WarnEvery = DefaultWarnEvery
+	}
+	for _, c := range changed {
+		f.log.Warn("retry configuration out of bounds; adjusted", "change", c,
+			"min_wait", config.MinWait, "max_attempts", config.MaxAttempts)
+	}
 	return f
 }
 
-// Bound is the most one fetch may spend waiting between attempts (F7):
-// max(MaxRetryAfter, Retry.WorstCaseTotalWait()). The operator's own backoff
-// always fits; only server hints are cut short.
+// Bound is B of F7: max(MaxRetryAfter, Retry.WorstCaseTotalWait()). No
+// wait starts that would end past B from the fetch's start, so a fetch,
+// attempts included, ends within B plus one attempt's timeout. The
+// operator's own backoff always fits when attempts answer at once; only
+// server hints and slow attempts are cut short.
 func (f *Fetcher) Bound() time.Duration {
 	return max(f.o.MaxRetryAfter, f.o.Retry.WorstCaseTotalWait())
 }
@@ -230,11 +256,15 @@ func (f *Fetcher) do(ctx context.Context, attempts int, newRequest func(context.
 	if attempts <= 0 {
 		attempts = max(f.o.Retry.Attempts, 1)
 	}
+	attempts = min(attempts, config.MaxAttempts) // F4: Request.Attempts too
+	// F7: the fetch, attempts included, ends by this deadline.
+	deadline := start.Add(bound + f.o.AttemptTimeout)
 	var waited time.Duration
 	var hint time.Duration
 	var hasHint bool
 	for n := 1; ; n++ {
-		a := f.attempt(ctx, n, newRequest, decode)
+		// Each attempt's timeout ends at the deadline at the latest.
+		a := f.attempt(ctx, n, min(f.o.AttemptTimeout, deadline.Sub(f.clock.Now())), newRequest, decode)
 		res.Attempts = n
 		res.LastStatus = a.Status
 		res.Elapsed = f.clock.Since(start)
@@ -247,6 +277,7 @@ func (f *Fetcher) do(ctx context.Context, attempts int, newRequest func(context.
 		}
 		switch a.Class {
 		case ClassSuccess:
+			f.recovered()
 			return res, nil
 		case ClassCancelled:
 			return res, fmt.Errorf("fetch cancelled at attempt %d: %w", n, a.Err)
@@ -259,9 +290,13 @@ func (f *Fetcher) do(ctx context.Context, attempts int, newRequest func(context.
 		if a.HasRetryAfter {
 			wait = max(wait, f.hintWait(min(a.RetryAfter, f.o.MaxRetryAfter)))
 		}
-		// F7/F8: stop after the last attempt, or before a wait that would
-		// take the waits of this fetch past the bound.
-		if n >= attempts || wait > bound-waited {
+		wait = max(wait, config.MinWait) // F4: a zero draw is no hot loop
+		// F7/F8: stop after the last attempt, before a wait that would take
+		// the waits of this fetch past the bound, or before one that would
+		// end at the deadline: slow attempts cannot stretch the fetch past
+		// B plus one attempt's timeout.
+		elapsed := f.clock.Since(start)
+		if n >= attempts || wait > bound-waited || elapsed+wait >= bound+f.o.AttemptTimeout {
 			return res, f.exhausted(a, res, hint, hasHint)
 		}
 		waited += wait
@@ -286,15 +321,8 @@ func (f *Fetcher) hintWait(h time.Duration) time.Duration {
 	if f.o.NoHintJitter || h <= 0 {
 		return h
 	}
-	spread := min(h, f.o.MaxRetryAfter-h)
-	// A broken source must not go below the hint nor past the cap; NaN
-	// fails every comparison and min/max pass it through, so test it first.
-	r := f.rand()
-	if !(r >= 0) {
-		r = 0
-	}
-	r = min(r, 1)
-	return h + time.Duration(r*float64(spread))
+	// backoff.Up: a broken source cannot go below the hint nor past the cap.
+	return backoff.Up(h, f.o.MaxRetryAfter, f.rand())
 }
 
 func (f *Fetcher) exhausted(a Attempt, res *Result, hint time.Duration, hasHint bool) error {
@@ -309,14 +337,42 @@ func (f *Fetcher) exhausted(a Attempt, res *Result, hint time.Duration, hasHint 
 	return &out
 }
 
-// warn is the one WARNING of a failed fetch (F9).
+// warn is the one WARNING of a failed fetch (F9), rate-limited by
+// WarnEvery: a failure within WarnEvery of the last WARNING logs at DEBUG
+// and is counted in the next WARNING.
 func (f *Fetcher) warn(a Attempt, res *Result) {
 	class := a.Class
 	switch class {
 	case ClassTimeout, ClassInvalidBody:
 		class = ClassRetryable
 	}
-	f.log.Warn("fetch failed", "class", class, "attempts", res.Attempts, "elapsed", res.Elapsed, "status", a.Status, "error", errText(a.Err))
+	args := []any{"class", class, "attempts", res.Attempts, "elapsed", res.Elapsed, "status", a.Status, "error", errText(a.Err)}
+	now := f.clock.Now()
+	f.wmu.Lock()
+	quiet := f.o.WarnEvery > 0 && !f.lastWarn.IsZero() && now.Sub(f.lastWarn) < f.o.WarnEvery
+	var since int
+	if quiet {
+		f.suppressed++
+	} else {
+		since, f.suppressed, f.lastWarn = f.suppressed, 0, now
+	}
+	f.wmu.Unlock()
+	if quiet {
+		f.log.Debug("fetch failed", args...)
+		return
+	}
+	if since > 0 {
+		args = append(args, "failures_since_last_warning", since)
+	}
+	f.log.Warn("fetch failed", args...)
+}
+
+// recovered ends the rate limit of warn: the first failure after a success
+// warns at once.
+func (f *Fetcher) recovered() {
+	f.wmu.Lock()
+	f.lastWarn, f.suppressed = time.Time{}, 0
+	f.wmu.Unlock()
 }
 
 func errText(err error) string {
@@ -327,7 +383,7 @@ func errText(err error) string {
 }
 
 // attempt sends one request and classifies the answer (F1, F2).
-func (f *Fetcher) attempt(ctx context.Context, n int, newRequest func(context.Context) (*http.Request, error), decode func([]byte) error) (a Attempt) {
+func (f *Fetcher) attempt(ctx context.Context, n int, timeout time.Duration, newRequest func(context.Context) (*http.Request, error), decode func([]byte) error) (a Attempt) {
 	a.N = n
 	start := f.clock.Now()
 	defer func() { a.Duration = f.clock.Since(start) }()
@@ -337,7 +393,7 @@ func (f *Fetcher) attempt(ctx context.Context, n int, newRequest func(context.Co
 	// be read by the dialer as a wall-clock time, wrong under a mock clock.)
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := f.clock.AfterFunc(f.o.AttemptTimeout, func() { cancel(ErrAttemptTimeout) })
+	timer := f.clock.AfterFunc(timeout, func() { cancel(ErrAttemptTimeout) })
 	defer timer.Stop()
 
 	transportErr := func(status int, err error) Attempt {
@@ -346,7 +402,7 @@ func (f *Fetcher) attempt(ctx context.Context, n int, newRequest func(context.Co
 			a.Class, a.Err = ClassCancelled, ctx.Err()
 		case errors.Is(context.Cause(actx), ErrAttemptTimeout):
 			a.Class = ClassTimeout
-			a.Err = &RetryableError{Status: status, Message: fmt.Sprintf("no complete answer within %s", f.o.AttemptTimeout), Err: ErrAttemptTimeout}
+			a.Err = &RetryableError{Status: status, Message: fmt.Sprintf("no complete answer within %s", timeout), Err: ErrAttemptTimeout}
 		default:
 			a.Class = ClassConnectionError
 			a.Err = &RetryableError{Status: status, Message: "connection error", Err: redact(err)}

@@ -185,7 +185,7 @@ func TestF7_Bound(t *testing.T) {
 			o.MaxRetryAfter = 3 * time.Second
 		}, 3, secs(1.5, 1.5)},
 		// Mutation caught: "n >= attempts" -> "n > attempts".
-		{"F8_stops_after_last_attempt", answer{500, nil, ""}, func(o *Options) { o.Retry = fixed(0, 2) }, 2, secs(0)},
+		{"F8_stops_after_last_attempt", answer{500, nil, ""}, func(o *Options) { o.Retry = fixed(0, 2) }, 2, secs(0.1)}, // 0 s raised to the F4 floor
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

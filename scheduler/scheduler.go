@@ -9,13 +9,17 @@
 package scheduler
 
 import (
+	"bytes"
 	"log/slog"
-	"math"
 	"math/rand/v2"
+	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
+
+	"github.com/opal-go/opal-client/internal/backoff"
 )
 
 // Floor is the smallest deferral delay before jitter (D2), and the flat
@@ -39,17 +43,20 @@ type Options struct {
 	// Rand is a uniform source in [0,1) for the default jitter; nil means
 	// math/rand/v2.
 	Rand func() float64
-	// Jitter, if set, replaces the default uniform draw into [d/2, d]. An
+	// Jitter, if set, replaces the default draw (backoff.Half into
+	// [d/2, d] without a hint; upward from the hint with one, see Arm). An
 	// identity function disables jitter.
 	Jitter func(time.Duration) time.Duration
 	// Logger receives the WARNING per round and on entering the flat phase
 	// (D7); nil discards.
 	Logger *slog.Logger
 	// Fire is called, from the timer's goroutine, when the timer fires. It
-	// must only enqueue a deferred re-fetch and return at once (D4).
+	// must only enqueue a deferred re-fetch and return at once (D4). It may
+	// call any method of the Scheduler, Stop included.
 	Fire func()
 	// OnArm, if set, sees every armed timer: its round, the jittered delay
-	// and whether it is a flat-phase round (a metrics hook).
+	// and whether it is a flat-phase round (a metrics hook). It runs on the
+	// caller of Arm, outside the Scheduler's lock, so it may call back.
 	OnArm func(round int, delay time.Duration, flat bool)
 }
 
@@ -67,6 +74,7 @@ type Scheduler struct {
 	stopped bool
 	armed   int    // timers created and not yet stopped or fired (test invariant)
 	gen     uint64 // identifies the current timer to its own callback
+	firing  uint64 // goroutine id of the running Fire, 0 if none
 	wg      sync.WaitGroup
 }
 
@@ -100,27 +108,19 @@ func Delay(round int, hint time.Duration, hasHint bool, ceiling time.Duration, m
 	if round > maxRounds {
 		return ceiling, true
 	}
-	d := doubled(Floor, round-1)
+	d := backoff.Exponential(Floor, round, 0)
 	if hasHint && hint > d {
 		d = hint
 	}
 	return min(d, ceiling), false
 }
 
-// doubled is base*2^n, saturating at math.MaxInt64 instead of overflowing
-// (a shift by 64 or more yields 0, so any n > 0 is checked).
-func doubled(base time.Duration, n int) time.Duration {
-	if n <= 0 {
-		return base
-	}
-	if base > time.Duration(math.MaxInt64>>n) {
-		return time.Duration(math.MaxInt64)
-	}
-	return base << n
-}
-
-// jitter draws the delay actually used: uniformly into [d/2, d] by default.
-func (s *Scheduler) jitter(d time.Duration) time.Duration {
+// jitter draws the delay actually used from the delay before jitter d (D2).
+// Without a hint: uniformly into [d/2, d] (backoff.Half). With a hint h,
+// capped at the ceiling: uniformly into [max(h, d/2), max(d, min(2h, ceiling))],
+// so the re-fetch never comes back before the server's Retry-After and
+// never after the ceiling (a spread upward from the hint, as F4 does).
+func (s *Scheduler) jitter(d, hint time.Duration, hasHint bool) time.Duration {
 	if s.opts.Jitter != nil {
 		return s.opts.Jitter(d)
 	}
@@ -128,15 +128,15 @@ func (s *Scheduler) jitter(d time.Duration) time.Duration {
 	if s.opts.Rand != nil {
 		r = s.opts.Rand
 	}
-	// A bad source must not leave [d/2, d]. NaN fails every comparison and
-	// min/max pass it through, so it is caught first.
-	u := r()
-	if !(u >= 0) {
-		u = 0
+	u := backoff.Unit(r())
+	if !hasHint || hint <= 0 {
+		return backoff.Half(d, u)
 	}
-	u = min(u, 1)
-	half := d / 2
-	return half + time.Duration(u*float64(d-half))
+	ceiling := max(s.opts.MaxRetryAfter, Floor)
+	h := min(hint, ceiling)
+	lo := max(h, d/2)               // never before the hint
+	hi := max(d, min(2*h, ceiling)) // never past the ceiling
+	return lo + time.Duration(u*float64(hi-lo))
 }
 
 // Arm starts the deferral timer after a fetch ended exhausted on retryable
@@ -145,30 +145,37 @@ func (s *Scheduler) jitter(d time.Duration) time.Duration {
 // (D8), or after Stop.
 func (s *Scheduler) Arm(hint time.Duration, hasHint bool) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.opts.Enabled || s.stopped || s.timer != nil {
+		s.mu.Unlock()
 		return false
 	}
 	if s.round <= s.opts.MaxRounds { // saturate: flat rounds need no count
 		s.round++
 	}
-	base, flat := Delay(s.round, hint, hasHint, s.opts.MaxRetryAfter, s.opts.MaxRounds)
-	d := s.jitter(base)
-	switch {
-	case flat && !s.flat:
+	round := s.round
+	base, flat := Delay(round, hint, hasHint, s.opts.MaxRetryAfter, s.opts.MaxRounds)
+	d := s.jitter(base, hint, hasHint)
+	enterFlat := flat && !s.flat
+	if enterFlat {
 		s.flat = true
-		s.log.Warn("policy fetch still failing: entering flat re-fetch cadence",
-			"rounds", s.opts.MaxRounds, "delay", d, "cadence", base)
-	case !flat:
-		s.log.Warn("policy fetch deferred", "round", s.round, "delay", d, "hint", hintAttr(hint, hasHint))
 	}
 	s.wg.Add(1)
 	s.armed++
 	s.gen++
 	g := s.gen
 	s.timer = s.clk.AfterFunc(d, func() { s.fire(g) })
+	s.mu.Unlock()
+
+	// Logger and hook run outside the lock: either may call back.
+	switch {
+	case enterFlat:
+		s.log.Warn("policy fetch still failing: entering flat re-fetch cadence",
+			"rounds", s.opts.MaxRounds, "delay", d, "cadence", base)
+	case !flat:
+		s.log.Warn("policy fetch deferred", "round", round, "delay", d, "hint", hintAttr(hint, hasHint))
+	}
 	if s.opts.OnArm != nil {
-		s.opts.OnArm(s.round, d, flat)
+		s.opts.OnArm(round, d, flat)
 	}
 	return true
 }
@@ -189,11 +196,34 @@ func (s *Scheduler) fire(g uint64) {
 	if current {
 		s.timer = nil
 		s.armed--
+		s.firing = goid()
 	}
 	s.mu.Unlock()
-	if current && s.opts.Fire != nil {
+	if !current {
+		return
+	}
+	defer func() {
+		s.mu.Lock()
+		s.firing = 0
+		s.mu.Unlock()
+	}()
+	if s.opts.Fire != nil {
 		s.opts.Fire()
 	}
+}
+
+// goid is the current goroutine's id, read from its stack header
+// ("goroutine 42 [running]:"). Stop uses it only to know whether it is
+// called from inside Fire, where waiting for Fire would wait for itself.
+func goid() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		b = b[:i]
+	}
+	id, _ := strconv.ParseUint(string(b), 10, 64)
+	return id
 }
 
 // cancelLocked stops the pending timer, if any; s.mu is held.
@@ -227,12 +257,18 @@ func (s *Scheduler) Reset() {
 }
 
 // Stop cancels the pending timer, refuses any later Arm, and returns once
-// no timer goroutine of this Scheduler is running (D5).
+// no timer goroutine of this Scheduler is running (D5). Called from inside
+// Fire, it returns at once instead of waiting for its own caller; the Fire
+// goroutine ends when Fire returns.
 func (s *Scheduler) Stop() {
 	s.mu.Lock()
 	s.stopped = true
 	s.cancelLocked()
+	self := s.firing != 0 && s.firing == goid()
 	s.mu.Unlock()
+	if self {
+		return
+	}
 	s.wg.Wait()
 }
 

@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"context"
 	"log/slog"
 	"math"
 	"sync"
@@ -161,8 +162,7 @@ func TestD2_Jitter(t *testing.T) {
 		{"draw_half_is_three_quarters", 0.5, 3750 * time.Millisecond},
 		{"draw_out_of_range_is_clamped", 7, 5 * s},
 		{"negative_draw_is_clamped", -1, 2500 * time.Millisecond},
-		// Finding 3: NaN passes min/max, and the delay was hugely negative.
-		// Mutation caught: "!(u >= 0)" -> "u < 0".
+		// NaN passes min/max; unclamped, the delay was hugely negative.
 		{"nan_draw_is_half", math.NaN(), 2500 * time.Millisecond},
 		{"inf_draw_is_clamped", math.Inf(1), 5 * s},
 	} {
@@ -403,6 +403,163 @@ func TestD3_ManyRoundsStayFlat(t *testing.T) {
 		}
 		if last := r.arms[len(r.arms)-1]; !last.flat || last.delay != 60*s || r.s.Round() != 21 {
 			t.Fatalf("after 200 rounds: %+v, round %d", last, r.s.Round())
+		}
+	})
+}
+
+// D2 with a hint: the jittered delay never comes before the server's
+// Retry-After and never passes the ceiling; it spreads upward from the hint.
+func TestD2_HintJitter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hint time.Duration
+		u    float64
+		want time.Duration
+	}{
+		// Mutation "lo := d / 2": a draw of 0 came back at 4s after Retry-After 8.
+		{"draw_0_is_the_hint", 8 * s, 0, 8 * s},
+		// Mutation "hi := d": no spread at all.
+		{"draw_1_is_twice_the_hint", 8 * s, 1, 16 * s},
+		// Mutation "hi := max(d, 2*h)": 40s doubled to 80s past the 60s ceiling.
+		{"spread_stays_under_ceiling", 40 * s, 1, 60 * s},
+		{"hint_over_ceiling_is_ceiling", 300 * s, 0.5, 60 * s},
+		// Mutation "u := r()": an unclamped draw of 7 lands far past the ceiling.
+		{"draw_out_of_range_stays_under_ceiling", 40 * s, 7, 60 * s},
+		{"hint_below_escalation_keeps_escalation_floor", 2 * s, 0, 2500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				o := defaults()
+				o.Jitter = nil
+				o.Rand = func() float64 { return tc.u }
+				r := newRig(t, o)
+				r.s.Arm(tc.hint, true)
+				if got := r.arms[0].delay; got != tc.want {
+					t.Fatalf("hint %v, draw %v: delay %v, want %v", tc.hint, tc.u, got, tc.want)
+				}
+			})
+		})
+	}
+	t.Run("never_before_hint_any_round", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			o := defaults()
+			o.Jitter = nil
+			seed := uint64(7)
+			o.Rand = func() float64 {
+				seed = seed*6364136223846793005 + 1442695040888963407
+				return float64(seed>>11) / (1 << 53)
+			}
+			r := newRig(t, o)
+			for i := 0; i < 30; i++ {
+				r.armAndFire(t, 8*s, true)
+			}
+			for i, a := range r.arms {
+				if a.delay < 8*s || a.delay > 60*s {
+					t.Fatalf("round %d: delay %v outside [8s, 60s]", i+1, a.delay)
+				}
+			}
+		})
+	})
+}
+
+// lockProbe is a slog handler that calls back into the scheduler: a
+// logger called under the scheduler's lock deadlocks (synctest reports it).
+type lockProbe struct {
+	s     **scheduler.Scheduler
+	calls *int
+}
+
+func (h lockProbe) Enabled(context.Context, slog.Level) bool { return true }
+func (h lockProbe) Handle(context.Context, slog.Record) error {
+	_ = (*h.s).Pending()
+	*h.calls++
+	return nil
+}
+func (h lockProbe) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h lockProbe) WithGroup(string) slog.Handler      { return h }
+
+// Hooks and loggers run outside the lock: an OnArm and a logger that call
+// back into the scheduler do not deadlock.
+func TestHooksOutsideLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var sc *scheduler.Scheduler
+		logs, arms := 0, 0
+		o := defaults()
+		o.MaxRounds = 1
+		o.Logger = slog.New(lockProbe{&sc, &logs})
+		o.OnArm = func(int, time.Duration, bool) { _ = sc.Round(); arms++ }
+		sc = scheduler.New(o)
+		defer sc.Stop()
+		for range 3 {
+			sc.Arm(0, false)
+			sc.Cancel()
+		}
+		if arms != 3 || logs != 2 { // round 1, then entering the flat phase
+			t.Fatalf("OnArm %d times, logger %d times; want 3, 2", arms, logs)
+		}
+	})
+}
+
+// Stop is safe from inside Fire: it returns at once instead of waiting for
+// its own goroutine, and no later Arm starts a timer.
+func TestStopInsideFire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var sc *scheduler.Scheduler
+		done := make(chan struct{})
+		o := defaults()
+		o.Fire = func() { sc.Stop(); close(done) }
+		sc = scheduler.New(o)
+		sc.Arm(0, false)
+		<-done // a Stop that waited for itself would deadlock here
+		if sc.Arm(0, false) {
+			t.Fatal("Arm after Stop inside Fire started a timer")
+		}
+		sc.Stop() // and from outside, afterwards, it still returns
+	})
+}
+
+// gateClock is a mock clock whose first AfterFunc function waits at a gate:
+// it lets a test hold a timer that has fired but whose function has not yet
+// run, the race a generation check exists for.
+type gateClock struct {
+	*clock.Mock
+	gate  chan struct{}
+	gated bool
+}
+
+func (c *gateClock) AfterFunc(d time.Duration, f func()) *clock.Timer {
+	if !c.gated {
+		c.gated = true
+		return c.Mock.AfterFunc(d, func() { <-c.gate; f() })
+	}
+	return c.Mock.AfterFunc(d, f)
+}
+
+// A timer cancelled after it fired but before its function ran must not
+// fire the timer armed after it (D1, D5): the generation check.
+func TestStaleTimerDoesNotFireSuccessor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := &gateClock{Mock: clock.NewMock(), gate: make(chan struct{})}
+		fired := 0
+		o := defaults()
+		o.Clock = clk
+		o.Fire = func() { fired++ }
+		sc := scheduler.New(o)
+		defer sc.Stop()
+		sc.Arm(0, false) // timer A, 5s
+		clk.Add(5 * s)   // A fires; its function waits at the gate
+		synctest.Wait()  //
+		sc.Cancel()      // too late to stop A: its function is due
+		sc.Arm(0, false) // timer B, 10s
+		close(clk.gate)  // A's function runs now
+		synctest.Wait()  //
+		if fired != 0 || !sc.Pending() || sc.Timers() != 1 {
+			t.Fatalf("stale timer: fired %d, pending %v, timers %d; want 0, true, 1", fired, sc.Pending(), sc.Timers())
+		}
+		clk.Add(10 * s)
+		synctest.Wait()
+		if fired != 1 {
+			t.Fatalf("successor fired %d times, want 1", fired)
 		}
 	})
 }

@@ -276,7 +276,11 @@ func (a *Agent) openStore(ctx context.Context) error {
 	if cfg.PolicyStoreAuthType == "token" {
 		token = cfg.PolicyStoreAuthToken
 	}
-	retry := cfg.PolicyStoreConnRetry
+	// The 100 ms floor and the attempt cap of every retry loop (F4).
+	retry, changed := cfg.PolicyStoreConnRetry.Bounded()
+	for _, c := range changed {
+		a.log.Warn("OPAL_POLICY_STORE_CONN_RETRY out of bounds; adjusted", "change", c)
+	}
 	s, err := oparest.New(oparest.Options{
 		URL:                 cfg.PolicyStoreURL,
 		AuthToken:           token,

@@ -22,6 +22,8 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/gorilla/websocket"
+
+	"github.com/opal-go/opal-client/internal/backoff"
 )
 
 // Defaults for the zero values of Options.
@@ -150,23 +152,13 @@ func New(o Options) *Client {
 // ("full jitter" above a floor). The floor keeps even a zero draw from
 // becoming a hot loop; the doubling saturates, so any attempt count is safe.
 func Backoff(attempt int, rnd float64) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	if !(rnd >= 0) { // also catches NaN
-		rnd = 0
-	}
-	if rnd > 1 {
-		rnd = 1
-	}
-	ceil := MaxBackoff
-	if attempt < 20 { // MinBackoff<<20 is far past MaxBackoff; larger shifts would overflow
-		if c := MinBackoff << attempt; c < MaxBackoff {
-			ceil = c
-		}
-	}
-	return MinBackoff + time.Duration(rnd*float64(ceil-MinBackoff))
+	return backoff.New(reconnectPolicy, nil, func() float64 { return rnd }).Wait(attempt)
 }
+
+// reconnectPolicy is the reconnect backoff: full jitter above MinBackoff,
+// the step after failure n being MinBackoff*2^n, capped at MaxBackoff.
+var reconnectPolicy = backoff.Policy{Name: "pubsub reconnect", Base: MinBackoff, Max: MaxBackoff,
+	Floor: MinBackoff, Jitter: backoff.JitterFull, StepOffset: 1}
 
 // Run connects, subscribes and serves notifies, reconnecting forever until
 // ctx is done, when it closes the socket cleanly and returns ctx.Err().

@@ -27,6 +27,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/opal-go/opal-client/fetcher"
+	"github.com/opal-go/opal-client/internal/backoff"
 	"github.com/opal-go/opal-client/internal/store"
 	"github.com/opal-go/opal-client/updater"
 )
@@ -370,12 +371,8 @@ func (s *Store) do(ctx context.Context, method, path, ctype string, body []byte,
 			return nil, err
 		}
 		s.log.Debug("opa write failed, retrying", "method", method, "path", path, "attempt", n, "error", err)
-		t := s.clock.Timer(s.wait(n))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, s.clock, s.wait(n)) {
 			return nil, err
-		case <-t.C:
 		}
 	}
 }
