@@ -173,6 +173,10 @@ func TestU2_Requests(t *testing.T) {
 		// policy per flat round, several requests a round).
 		{"deferred_uses_stored_hash_and_one_attempt", nil, "h0", nil,
 			func(u *updater.Updater) { u.Deferred() }, fetcher.Request{Paths: []string{"."}, BaseHash: "h0", Attempts: 1}},
+		// Catches: "it.force = it.force || o.force" -> "it.force = it.force"
+		// (an operator trigger merged after a connect losing its force).
+		{"force_full_merged_after_connect_ignores_hash", []string{"a"}, "h0", nil,
+			func(u *updater.Updater) { u.Connect(); u.ForceFull() }, fetcher.Request{Paths: []string{"a"}}},
 		// Catches: "==" -> "&" (a connect merged with a deferral losing its retries).
 		{"connect_merged_with_deferred_keeps_full_retries", nil, "h0", nil,
 			func(u *updater.Updater) { u.Deferred(); u.Connect() }, fetcher.Request{Paths: []string{"."}, BaseHash: "h0"}},
@@ -267,9 +271,11 @@ func TestU2_TransactionIDWithoutBundle(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		r := newRig(t, rigOpt{})
 		r.f.set(okNR)
-		r.start()
+		// Both queued before Run, so they merge into one transaction; a
+		// worker started first could take the Connect alone.
 		r.u.Connect()
 		r.u.ForceFull()
+		r.start()
 		settle()
 		tx := r.transactions()
 		if len(tx) != 1 || len(tx[0].ID) != 32 || tx[0].Success {

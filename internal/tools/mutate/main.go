@@ -1,6 +1,6 @@
 // Command mutate proves the test suite guards the behaviour contract: it
-// applies single-line mutations, one at a time, and fails unless the tests of
-// the mutated package catch every one.
+// applies single-line mutations, one at a time, and fails unless, for every
+// one, a test the mutation names fails.
 //
 // Mutations live in files named mutations.txt anywhere in the repository:
 //
@@ -10,13 +10,23 @@
 //	-	if hint > max {
 //	+	if hint > max+time.Hour {
 //
-// The "-" line must equal exactly one line of the file, white space folded
-// (add "nth: K" to pick the K-th of several equal lines). Optional keys:
+// The header ends with the guards in parentheses: one or more test names,
+// separated by commas, each a top-level test ("TestWait") or a subtest path
+// ("TestWait/F4_hint_capped_at_max", spelled the way go test prints it:
+// spaces as underscores); a path element "*" matches any one subtest name. A
+// header that names no test is an error in the list. A mutant is killed only
+// when one of the tests it names fails; a failure elsewhere is reported as
+// WRONG-TEST, a test binary that panics as PANIC and one that hits the time
+// limit as TIMEOUT, none of them a kill.
+//
+// The "-" line must equal exactly one line of the file, white space folded;
+// "nth: K" picks the K-th of several equal lines (K from 1). Optional keys:
 // "pkg: ./a ./b" (packages to test; default the file's own) and "run: Regex"
-// (passed to go test -run). The tree is never modified: each mutant is built
-// through go's -overlay, so mutants can run in parallel and an interrupted run
-// leaves nothing behind. A mutant that does not compile is an error in the
-// list, not a kill.
+// (passed to go test -run; by default only the top-level tests the header
+// names run). The tree is never modified: each mutant is built through go's
+// -overlay, so mutants can run in parallel and an interrupted run leaves
+// nothing behind. A mutant that does not compile is an error in the list, not
+// a kill.
 package main
 
 import (
@@ -24,13 +34,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,14 +53,26 @@ import (
 
 type mutation struct {
 	name, file, from, to, run string
+	tests                     []string // the guards the header names: TestX, TestX/sub, TestX/*/sub
 	pkgs                      []string
-	nth                       int
+	nth                       int    // 0: the line must be unique; K: its K-th occurrence
 	origin                    string // where it was declared
 }
 
+// Verdicts. Only killed counts as caught.
+const (
+	killed    = "killed"
+	survived  = "SURVIVED"
+	wrongTest = "WRONG-TEST"
+	panicked  = "PANIC"
+	timedOut  = "TIMEOUT"
+	invalid   = "INVALID"
+)
+
 type result struct {
 	m      mutation
-	status string // killed, SURVIVED, INVALID
+	status string
+	by     []string // the named tests that failed (killed), or the tests that did (WRONG-TEST)
 	detail string
 	took   time.Duration
 }
@@ -74,7 +100,7 @@ func main() {
 	}
 	if *list {
 		for _, m := range sel {
-			fmt.Printf("%-60s %s\n", m.name, m.file)
+			fmt.Printf("%-60s %s %s\n", m.name, m.file, strings.Join(m.tests, ","))
 		}
 		return
 	}
@@ -90,6 +116,7 @@ func main() {
 	start := time.Now()
 	results := make([]result, len(sel))
 	var wg sync.WaitGroup
+	var out sync.Mutex
 	sem := make(chan struct{}, max(1, *jobs))
 	for i, m := range sel {
 		wg.Add(1)
@@ -97,16 +124,22 @@ func main() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			results[i] = try(root, filepath.Join(tmp, strconv.Itoa(i)), m, *timeout)
-			r := results[i]
-			fmt.Printf("%-8s %5.1fs  %s  (%s)\n", r.status, r.took.Seconds(), r.m.name, r.m.file)
+			r := try(root, filepath.Join(tmp, strconv.Itoa(i)), m, *timeout)
+			results[i] = r
+			out.Lock()
+			defer out.Unlock()
+			by := ""
+			if len(r.by) > 0 {
+				by = " by " + strings.Join(r.by, ", ")
+			}
+			fmt.Printf("%-10s %5.1fs  %s  (%s)%s\n", r.status, r.took.Seconds(), r.m.name, r.m.file, by)
 		}()
 	}
 	wg.Wait()
 
 	bad := 0
 	for _, r := range results {
-		if r.status != "killed" {
+		if r.status != killed {
 			bad++
 			fmt.Printf("\n%s: %s\n  declared in %s\n  %s\n", r.status, r.m.name, r.m.origin, r.detail)
 		}
@@ -127,61 +160,212 @@ func try(root, dir string, m mutation, timeout time.Duration) result {
 	abs := filepath.Join(root, m.file)
 	src, err := os.ReadFile(abs)
 	if err != nil {
-		return fail("INVALID", err.Error())
+		return fail(invalid, err.Error())
 	}
-	lines := strings.Split(string(src), "\n")
-	seen := 0
-	idx := -1
-	for i, l := range lines {
-		if squash(l) == squash(m.from) {
-			seen++
-			if seen == m.nth {
-				idx = i
-			}
-		}
+	mutated, err := apply(string(src), m)
+	if err != nil {
+		return fail(invalid, fmt.Sprintf("%s: %v", m.file, err))
 	}
-	if idx < 0 || (m.nth == 1 && seen != 1) {
-		return fail("INVALID", fmt.Sprintf("line %q found %d times in %s (want exactly one, or set nth)", m.from, seen, m.file))
-	}
-	indent := lines[idx][:len(lines[idx])-len(strings.TrimLeft(lines[idx], " \t"))]
-	lines[idx] = indent + m.to
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fail("INVALID", err.Error())
+		return fail(invalid, err.Error())
 	}
 	mutant := filepath.Join(dir, filepath.Base(m.file))
-	if err := os.WriteFile(mutant, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
-		return fail("INVALID", err.Error())
+	if err := os.WriteFile(mutant, []byte(mutated), 0o644); err != nil {
+		return fail(invalid, err.Error())
 	}
 	overlay, _ := json.Marshal(map[string]map[string]string{"Replace": {abs: mutant}})
 	ovPath := filepath.Join(dir, "overlay.json")
 	if err := os.WriteFile(ovPath, overlay, 0o644); err != nil {
-		return fail("INVALID", err.Error())
+		return fail(invalid, err.Error())
 	}
-	pkgs := m.pkgs
-	if len(pkgs) == 0 {
-		pkgs = []string{"./" + filepath.Dir(m.file)}
-	}
-	// -vet=off and a stripped link: the tree is vetted elsewhere, and linking
-	// big test binaries (OPA) dominates the cost of a mutant.
-	args := []string{"test", "-count=1", "-vet=off", "-ldflags=-s -w", "-overlay=" + ovPath, "-timeout=" + timeout.String()}
-	if m.run != "" {
-		args = append(args, "-run", m.run)
-	}
-	args = append(args, pkgs...)
+	args := testArgs(m, ovPath, timeout)
+	// The go command's own limit sits a minute above the test binary's, so
+	// the binary reports its timeout (with the running tests) first.
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
-	res.took = time.Since(t0)
-	switch {
-	case bytes.Contains(out, []byte("[build failed]")) || bytes.Contains(out, []byte("[setup failed]")):
-		return fail("INVALID", "mutant does not compile:\n"+tail(out))
-	case err == nil:
-		return fail("SURVIVED", "go "+strings.Join(args, " ")+" passed")
+	r := verdict(m, out, err == nil)
+	if ctx.Err() != nil {
+		r = result{status: timedOut, detail: fmt.Sprintf("go test did not end within %s", timeout+time.Minute)}
 	}
-	res.status = "killed"
+	if r.status == survived {
+		r.detail = "go " + strings.Join(args, " ") + " passed"
+	}
+	r.m, r.took = m, time.Since(t0)
+	return r
+}
+
+// testArgs is the go test command line for one mutant. -vet=off and a
+// stripped link: the tree is vetted elsewhere, and linking big test binaries
+// (OPA) dominates the cost of a mutant. Without a run: key only the named
+// top-level tests run: the verdict reads nothing else.
+func testArgs(m mutation, overlay string, timeout time.Duration) []string {
+	args := []string{"test", "-json", "-count=1", "-vet=off", "-ldflags=-s -w", "-overlay=" + overlay, "-timeout=" + timeout.String()}
+	run := m.run
+	if run == "" {
+		run = runPattern(m.tests)
+	}
+	args = append(args, "-run", run)
+	pkgs := m.pkgs
+	if len(pkgs) == 0 {
+		pkgs = []string{"./" + filepath.Dir(m.file)}
+	}
+	return append(args, pkgs...)
+}
+
+// runPattern selects the top-level tests of the named guards. Subtests are
+// not narrowed: a subtest may depend on the ones before it.
+func runPattern(tests []string) string {
+	var tops []string
+	for _, t := range tests {
+		top, _, _ := strings.Cut(t, "/")
+		if q := regexp.QuoteMeta(top); !slices.Contains(tops, q) {
+			tops = append(tops, q)
+		}
+	}
+	return "^(" + strings.Join(tops, "|") + ")$"
+}
+
+// apply replaces the mutation's line in src, keeping its indentation.
+func apply(src string, m mutation) (string, error) {
+	lines := strings.Split(src, "\n")
+	var at []int
+	for i, l := range lines {
+		if squash(l) == squash(m.from) {
+			at = append(at, i)
+		}
+	}
+	var idx int
+	switch {
+	case m.nth == 0 && len(at) == 1:
+		idx = at[0]
+	case m.nth == 0:
+		return "", fmt.Errorf("line %q found %d times (want exactly one, or set nth)", m.from, len(at))
+	case m.nth > len(at):
+		return "", fmt.Errorf("nth: %d, but line %q found %d times", m.nth, m.from, len(at))
+	default:
+		idx = at[m.nth-1]
+	}
+	indent := lines[idx][:len(lines[idx])-len(strings.TrimLeft(lines[idx], " \t"))]
+	lines[idx] = indent + m.to
+	return strings.Join(lines, "\n"), nil
+}
+
+// testEvent is the part of a go test -json event the verdict reads.
+type testEvent struct {
+	Action  string
+	Package string
+	Test    string
+	Output  string
+}
+
+// verdict reads the go test -json stream of one mutant. passed is whether
+// the go command exited zero.
+func verdict(m mutation, out []byte, passed bool) result {
+	var (
+		ran, failed  []string
+		panicAt, msg string
+		timeout      bool
+		raw          bytes.Buffer // lines that are not events: go command errors
+		build        bytes.Buffer
+		buildFailed  bool
+	)
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
+	for sc.Scan() {
+		var e testEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Action == "" {
+			raw.Write(sc.Bytes())
+			raw.WriteByte('\n')
+			continue
+		}
+		switch {
+		case e.Action == "build-output":
+			build.WriteString(e.Output)
+		case e.Action == "build-fail":
+			buildFailed = true
+		case e.Action == "run":
+			ran = append(ran, e.Test)
+		case e.Action == "fail" && e.Test != "":
+			failed = append(failed, e.Test)
+		case e.Action == "output":
+			if strings.Contains(e.Output, "[build failed]") || strings.Contains(e.Output, "[setup failed]") {
+				buildFailed = true
+			}
+			switch {
+			case strings.HasPrefix(e.Output, "panic: test timed out after"):
+				timeout, msg = true, strings.TrimSpace(e.Output)
+			case strings.HasPrefix(e.Output, "panic: ") && panicAt == "" && !timeout:
+				panicAt, msg = e.Test, strings.TrimSpace(e.Output)
+				if panicAt == "" {
+					panicAt = e.Package
+				}
+			}
+		}
+	}
+	res := result{m: m}
+	switch {
+	case buildFailed || (!passed && len(ran) == 0 && !timeout && panicAt == ""):
+		res.status, res.detail = invalid, "mutant does not build or the tests cannot start:\n"+tail(append(build.Bytes(), raw.Bytes()...))
+	case timeout:
+		res.status, res.detail = timedOut, msg
+	case panicAt != "":
+		res.status, res.detail = panicked, "in "+panicAt+": "+msg
+	default:
+		for _, f := range failed {
+			if names(m.tests, f) {
+				res.by = append(res.by, f)
+			}
+		}
+		ranNamed := slices.ContainsFunc(ran, func(r string) bool { return names(m.tests, r) })
+		switch {
+		case len(res.by) > 0:
+			res.status, res.by = killed, deepest(res.by)
+		case !ranNamed:
+			res.status, res.detail = invalid, fmt.Sprintf("no test named in the header ran: %s (misspelled, renamed, or excluded by run:)", strings.Join(m.tests, ", "))
+		case len(failed) > 0:
+			res.status, res.by = wrongTest, deepest(failed)
+			res.detail = fmt.Sprintf("failed: %s; the header names %s", strings.Join(res.by, ", "), strings.Join(m.tests, ", "))
+		case !passed:
+			res.status, res.detail = wrongTest, "the package failed with no test failing:\n"+tail(raw.Bytes())
+		default:
+			res.status = survived
+		}
+	}
 	return res
+}
+
+// names reports whether one of the header's patterns is the test path got.
+func names(patterns []string, got string) bool {
+	g := strings.Split(got, "/")
+	for _, p := range patterns {
+		ps := strings.Split(p, "/")
+		if len(ps) != len(g) {
+			continue
+		}
+		match := true
+		for i := range ps {
+			match = match && (ps[i] == "*" || ps[i] == g[i])
+		}
+		if match {
+			return true
+		}
+	}
+	return false
+}
+
+// deepest drops the tests that failed only because a subtest in the list
+// did: the report names the guard, not its parents.
+func deepest(tests []string) []string {
+	var out []string
+	for _, t := range tests {
+		if !slices.ContainsFunc(tests, func(o string) bool { return strings.HasPrefix(o, t+"/") }) && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // squash folds runs of white space, so gofmt re-aligning a block does not
@@ -208,20 +392,42 @@ func load(root string) ([]mutation, error) {
 		if d.IsDir() || d.Name() != "mutations.txt" {
 			return nil
 		}
-		ms, err := parse(root, p)
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rel, _ := filepath.Rel(root, p)
+		ms, err := parse(rel, f)
 		all = append(all, ms...)
 		return err
 	})
 	return all, err
 }
 
-func parse(root, path string) ([]mutation, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+// testName is one guard: a top-level test, then subtest names as go test
+// prints them (no spaces), "*" for any one.
+var testName = regexp.MustCompile(`^(Test|Fuzz|Example)[\p{L}\p{N}_]*(/[^/\s,()]+)*$`)
+
+// headerTests reads the guards from a header: the comma-separated list in
+// the parentheses that end it.
+func headerTests(name string) ([]string, error) {
+	open := strings.LastIndex(name, "(")
+	if !strings.HasSuffix(name, ")") || open < 0 {
+		return nil, errors.New("the header names no test: end it with the guards in parentheses, e.g. (TestX/sub)")
 	}
-	defer f.Close()
-	rel, _ := filepath.Rel(root, path)
+	var tests []string
+	for _, t := range strings.Split(name[open+1:len(name)-1], ",") {
+		t = strings.TrimSpace(t)
+		if !testName.MatchString(t) {
+			return nil, fmt.Errorf("%q in the header's parentheses is not a test name (TestX, TestX/sub, TestX/*/sub)", t)
+		}
+		tests = append(tests, t)
+	}
+	return tests, nil
+}
+
+func parse(rel string, r io.Reader) ([]mutation, error) {
 	var out []mutation
 	var cur *mutation
 	flush := func() error {
@@ -229,25 +435,29 @@ func parse(root, path string) ([]mutation, error) {
 			return nil
 		}
 		if cur.file == "" || cur.from == "" {
-			return fmt.Errorf("%s: mutation %q needs file: and a - line", rel, cur.name)
+			return fmt.Errorf("%s: mutation %q needs file: and a - line", cur.origin, cur.name)
 		}
 		out = append(out, *cur)
 		cur = nil
 		return nil
 	}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	n := 0
 	for sc.Scan() {
 		n++
-		line := sc.Text()
-		t := strings.TrimSpace(line)
+		t := strings.TrimSpace(sc.Text())
 		switch {
 		case t == "" || strings.HasPrefix(t, "#"):
 		case strings.HasPrefix(t, "=="):
 			if err := flush(); err != nil {
 				return nil, err
 			}
-			cur = &mutation{name: strings.TrimSpace(t[2:]), nth: 1, origin: fmt.Sprintf("%s:%d", rel, n)}
+			cur = &mutation{name: strings.TrimSpace(t[2:]), origin: fmt.Sprintf("%s:%d", rel, n)}
+			tests, err := headerTests(cur.name)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", cur.origin, err)
+			}
+			cur.tests = tests
 		case cur == nil:
 			return nil, fmt.Errorf("%s:%d: expected a '== name' line first", rel, n)
 		case strings.HasPrefix(t, "file:"):
@@ -257,10 +467,11 @@ func parse(root, path string) ([]mutation, error) {
 		case strings.HasPrefix(t, "run:"):
 			cur.run = strings.TrimSpace(t[4:])
 		case strings.HasPrefix(t, "nth:"):
-			cur.nth, err = strconv.Atoi(strings.TrimSpace(t[4:]))
-			if err != nil || cur.nth < 1 {
-				return nil, fmt.Errorf("%s:%d: bad nth", rel, n)
+			k, err := strconv.Atoi(strings.TrimSpace(t[4:]))
+			if err != nil || k < 1 {
+				return nil, fmt.Errorf("%s:%d: bad nth (want a number from 1)", rel, n)
 			}
+			cur.nth = k
 		case strings.HasPrefix(t, "-"):
 			cur.from = strings.TrimSpace(t[1:])
 		case strings.HasPrefix(t, "+"):
