@@ -195,13 +195,15 @@ func (f *Fetcher) Bound() time.Duration {
 // *BundlePathNotFound, or the context's error, wrapped.
 func (f *Fetcher) Fetch(ctx context.Context, r Request) (*Result, error) {
 	var bundle *PolicyBundle
-	res, err := f.do(ctx, r.Attempts, func(ctx context.Context) (*http.Request, error) {
-		return f.policyRequest(ctx, r)
-	}, func(body []byte) error {
-		b, err := DecodeBundle(body)
+	// The bundle is decoded from the body as it arrives (see streamDecoder).
+	stream := streamDecoder(func(body io.Reader) error {
+		b, err := DecodeBundleFrom(body)
 		bundle = b
 		return err
 	})
+	res, err := f.do(ctx, r.Attempts, func(ctx context.Context) (*http.Request, error) {
+		return f.policyRequest(context.WithValue(ctx, streamDecoderKey{}, stream), r)
+	}, nil)
 	if err == nil {
 		res.Bundle = bundle
 	}
@@ -423,18 +425,18 @@ func (f *Fetcher) attempt(ctx context.Context, n int, timeout time.Duration, new
 	a.Status = resp.StatusCode
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		body, err := f.readBody(resp)
+		body, derr := f.readBody(req, resp, decode)
 		switch {
-		case errors.Is(err, ErrBodyTooLarge):
+		case errors.Is(body.err, ErrBodyTooLarge):
 			a.Class = ClassNonRetryable
 			a.Err = &NonRetryableError{Status: resp.StatusCode, Message: fmt.Sprintf("body over %d bytes", f.o.MaxBodyBytes), Err: ErrBodyTooLarge}
 			return a
-		case err != nil:
-			return transportErr(resp.StatusCode, err)
+		case body.err != nil:
+			return transportErr(resp.StatusCode, body.err)
 		}
-		if err := decode(body); err != nil {
+		if derr != nil {
 			a.Class = ClassInvalidBody
-			a.Err = &RetryableError{Status: resp.StatusCode, Message: "undecodable body", Err: err}
+			a.Err = &RetryableError{Status: resp.StatusCode, Message: "undecodable body", Err: derr}
 			return a
 		}
 		a.Class = ClassSuccess
@@ -464,17 +466,62 @@ func (f *Fetcher) attempt(ctx context.Context, n int, timeout time.Duration, new
 	return a
 }
 
-// readBody reads a 2xx body up to the limit without holding more than
-// limit+1 bytes; a declared or actual size over it is ErrBodyTooLarge.
-func (f *Fetcher) readBody(resp *http.Response) ([]byte, error) {
+// streamDecoder decodes a 2xx body as it is read. Fetch puts one on its
+// requests' context (streamDecoderKey) so a bundle is never held as raw text
+// beside its decoded form; Do's decode funcs get the body whole instead.
+type streamDecoder func(io.Reader) error
+
+type streamDecoderKey struct{}
+
+// readBody hands a 2xx body to the request's stream decoder, or reads it
+// whole for decode, through a limitedBody: no more than MaxBodyBytes+1 bytes
+// are ever read, so a body over the limit costs at most the limit. The
+// returned limitedBody's err is the read's own failure (ErrBodyTooLarge,
+// declared by Content-Length or met while reading, or the transport's
+// error), which the caller classifies before the decoder's error.
+func (f *Fetcher) readBody(req *http.Request, resp *http.Response, decode func([]byte) error) (*limitedBody, error) {
+	body := &limitedBody{r: resp.Body, left: f.o.MaxBodyBytes}
 	if resp.ContentLength > f.o.MaxBodyBytes {
-		return nil, ErrBodyTooLarge
+		body.err = ErrBodyTooLarge
+		return body, body.err
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, f.o.MaxBodyBytes+1))
-	if int64(len(body)) > f.o.MaxBodyBytes {
-		return nil, ErrBodyTooLarge
+	if stream, ok := req.Context().Value(streamDecoderKey{}).(streamDecoder); ok {
+		return body, stream(body)
 	}
-	return body, err
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return body, err
+	}
+	return body, decode(b)
+}
+
+// limitedBody reads at most left bytes of r. Reading past them fails with
+// ErrBodyTooLarge after at most one byte more; that error and any other
+// failure of r (not io.EOF) stay in err and end every later read.
+type limitedBody struct {
+	r    io.Reader
+	left int64
+	err  error
+}
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.err != nil {
+		return 0, l.err
+	}
+	// One byte more than allowed tells "over" from "at" the limit.
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.r.Read(p)
+	if int64(n) > l.left {
+		n, l.left, l.err = int(l.left), 0, ErrBodyTooLarge
+		return n, l.err
+	}
+	l.left -= int64(n)
+	if err != nil && err != io.EOF {
+		l.err = err
+	}
+	return n, err
 }
 
 // maxMessageBytes bounds how much of an error body is read for its message.

@@ -88,7 +88,7 @@ func TestBodyLimit(t *testing.T) {
 			_, _ = w.Write([]byte(strings.Repeat(" ", limit)))
 		}},
 		// An endless chunked body: reading it whole would never end.
-		// Mutation caught: "int64(len(body)) > f.o.MaxBodyBytes" -> "false".
+		// Mutation caught: "if int64(n) > l.left {" -> "if false {".
 		{"F1_streamed_too_large_refused", func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(200)
 			chunk := []byte(strings.Repeat(" ", 512))
@@ -127,3 +127,134 @@ func TestBodyLimit(t *testing.T) {
 type countingHandler struct{ h http.HandlerFunc }
 
 func (c *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.h(w, r) }
+
+// endless is an unending chunked body: head, then fill repeated forever. It
+// counts the bytes read from it.
+type endless struct {
+	head, fill string
+	read       int64
+}
+
+func (e *endless) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		off := e.read + int64(n)
+		if off < int64(len(e.head)) {
+			n += copy(p[n:], e.head[off:])
+			continue
+		}
+		i := (off - int64(len(e.head))) % int64(len(e.fill))
+		n += copy(p[n:], e.fill[i:])
+	}
+	e.read += int64(n)
+	return n, nil
+}
+
+func (e *endless) Close() error { return nil }
+
+// bodyTransport answers every request 200 with a chunked body (no
+// Content-Length), in memory.
+type bodyTransport struct{ body *endless }
+
+func (b bodyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, ContentLength: -1, Header: http.Header{}, Body: b.body, Request: r}, nil
+}
+
+// F1: a chunked body over OPAL_POLICY_BUNDLE_MAX_BYTES is refused with the
+// typed ErrBodyTooLarge after at most limit+1 bytes were read, whatever it
+// holds and whether it is decoded as it streams (Fetch) or read whole (Do).
+// Mutation caught: "p = p[:l.left+1]" -> "_ = p" (a read then takes all the
+// caller's buffer, past the limit).
+func TestBodyLimit_ChunkedReadsAtMostLimit(t *testing.T) {
+	const limit = 64 << 10
+	bodies := []struct{ name, head, fill string }{
+		{"F1_endless_manifest_refused", `{"manifest":[`, `"rbac/rbac.rego",`},
+		{"F1_one_module_over_limit_refused", `{"manifest":[],"hash":"h","data_modules":[{"path":".","data":"`, `xxxxxxxxxxxxxxxx`},
+		{"F1_trailing_space_over_limit_refused", okBundle, " "},
+	}
+	for _, via := range []string{"Fetch", "Do"} {
+		for _, tc := range bodies {
+			t.Run(via+"/"+tc.name, func(t *testing.T) {
+				body := &endless{head: tc.head, fill: tc.fill}
+				r := newRig(t, "http://opal.invalid", func(o *Options) {
+					o.MaxBodyBytes = limit
+					o.HTTPClient = &http.Client{Transport: bodyTransport{body}}
+				})
+				var err error
+				if via == "Fetch" {
+					_, err = fetch(t, r, Request{})
+				} else {
+					_, err = r.f.Do(context.Background(), func(ctx context.Context) (*http.Request, error) {
+						return http.NewRequestWithContext(ctx, http.MethodGet, "http://opal.invalid/data", nil)
+					}, func([]byte) error { return nil })
+				}
+				var nre *NonRetryableError
+				if !errors.As(err, &nre) || !errors.Is(err, ErrBodyTooLarge) {
+					t.Fatalf("err = %v, want non-retryable ErrBodyTooLarge", err)
+				}
+				if body.read > limit+1 {
+					t.Errorf("read %d bytes of the body, want at most limit+1 = %d", body.read, limit+1)
+				}
+				if len(r.tries) != 1 {
+					t.Errorf("attempts = %d, want 1", len(r.tries))
+				}
+			})
+		}
+	}
+}
+
+// failingBody yields head, then fails with err: a connection lost mid-body.
+type failingBody struct {
+	head string
+	err  error
+}
+
+func (b *failingBody) Read(p []byte) (int, error) {
+	if b.head == "" {
+		return 0, b.err
+	}
+	n := copy(p, b.head)
+	b.head = b.head[n:]
+	return n, nil
+}
+
+func (b *failingBody) Close() error { return nil }
+
+type failingTransport struct{ head string }
+
+func (f failingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, ContentLength: -1, Header: http.Header{},
+		Body: &failingBody{head: f.head, err: errConnReset}, Request: r}, nil
+}
+
+var errConnReset = errors.New("read: connection reset by peer")
+
+// F1: a body cut by the transport is a connection error (retryable, the
+// transport's error kept), not an undecodable body, whether the bundle is
+// decoded as it streams or read whole. Mutation caught: the read error of
+// limitedBody not kept ("if err != nil && err != io.EOF {" -> "if false {").
+func TestF1_BodyCutIsConnectionError(t *testing.T) {
+	for _, via := range []string{"Fetch", "Do"} {
+		t.Run(via+"/F1_reset_mid_body_is_connection_error", func(t *testing.T) {
+			r := newRig(t, "http://opal.invalid", func(o *Options) {
+				o.Retry.Attempts = 1
+				o.HTTPClient = &http.Client{Transport: failingTransport{head: okBundle[:40]}}
+			})
+			var err error
+			if via == "Fetch" {
+				_, err = fetch(t, r, Request{})
+			} else {
+				_, err = r.f.Do(context.Background(), func(ctx context.Context) (*http.Request, error) {
+					return http.NewRequestWithContext(ctx, http.MethodGet, "http://opal.invalid/data", nil)
+				}, func([]byte) error { return nil })
+			}
+			var re *RetryableError
+			if !errors.As(err, &re) || !errors.Is(err, errConnReset) {
+				t.Fatalf("err = %v, want a retryable error wrapping the reset", err)
+			}
+			if len(r.tries) != 1 || r.tries[0].Class != ClassConnectionError {
+				t.Errorf("tries = %+v, want one connection_error", r.tries)
+			}
+		})
+	}
+}

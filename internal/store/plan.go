@@ -6,7 +6,9 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"path"
 	"slices"
 	"sort"
@@ -321,8 +323,8 @@ func NewPlan(b *fetcher.PolicyBundle, current map[string]*ast.Module, owned Owne
 		next = Ownership{}
 	}
 	for _, dm := range b.DataModules {
-		var v any
-		if err := json.Unmarshal([]byte(dm.Data), &v); err != nil {
+		v, err := DecodeData(dm.Data)
+		if err != nil {
 			return nil, &DataError{Dir: dm.Path, Err: err}
 		}
 		dp := DataPath(dm.Path)
@@ -426,6 +428,23 @@ func NewPlan(b *fetcher.PolicyBundle, current map[string]*ast.Module, owned Owne
 		sort.Strings(p.Deletes)
 	}
 	return p, nil
+}
+
+// DecodeData decodes one data.json text as OPA decodes bundle data: numbers
+// stay json.Number, so an integer above 2^53 (9007199254740993) keeps every
+// digit, as in OPA and the Python client. The text is read in place (no copy
+// of it as a []byte); anything after the one JSON value is an error.
+func DecodeData(text string) (any, error) {
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON value")
+	}
+	return v, nil
 }
 
 func pathsOf(ws []DataWrite) [][]string {

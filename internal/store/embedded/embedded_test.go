@@ -137,6 +137,11 @@ func TestU3_AllOrNothing(t *testing.T) {
 		}, isData},
 		// Catches: root data keys taken as ownership keys whatever they hold
 		// ("a/b" would read as the path a.b, "" as the root).
+		// Catches: data.json text after the first JSON value ignored (the
+		// decoder reads one value; json.Unmarshal refused the rest).
+		{"data_trailing_text_refused", func() error {
+			return s.ApplyPolicy(ctx, st.Full("h2", map[string]string{"rbac/rbac.rego": rbacV2}, map[string]string{"extra": `{"value": 2} {"value": 3}`}))
+		}, isData},
 		{"F6_root_key_with_slash_refused", func() error {
 			return s.ApplyPolicy(ctx, st.Full("h2", map[string]string{"rbac/rbac.rego": rbacV1}, map[string]string{".": `{"a/b": 1}`}))
 		}, isData},
