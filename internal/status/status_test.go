@@ -101,15 +101,20 @@ func TestMaxAge(t *testing.T) {
 		maxAge                   time.Duration
 		restored                 time.Duration // > 0: a backup this old, no success
 		behind                   time.Duration // after a success, failing this long
+		lost                     time.Duration // after a success, server lost this long
 		serving, healthy, strict bool
 	}{
-		{"off_ignores_any_age", 0, 0, 48 * time.Hour, true, true, false},
-		// guards mutation "max < 0" in Serving and "d > max+time.Hour" in strictState
-		{"over_age_not_serving_not_strict_still_healthy", time.Hour, 0, 2 * time.Hour, false, true, false},
-		{"under_age_serving", time.Hour, 0, 30 * time.Minute, true, true, false},
-		{"current_is_strict", time.Hour, 0, 0, true, true, true},
-		{"restored_old_backup_not_serving", time.Hour, 2 * time.Hour, 0, false, false, false},
-		{"restored_recent_backup_serving", time.Hour, time.Minute, 0, true, false, false},
+		{"off_ignores_any_age", 0, 0, 48 * time.Hour, 0, true, true, false},
+		// guards mutation "max < 0" in Serving
+		{"over_age_not_serving_not_strict_still_healthy", time.Hour, 0, 2 * time.Hour, 0, false, true, false},
+		{"under_age_serving", time.Hour, 0, 30 * time.Minute, 0, true, true, false},
+		{"current_is_strict", time.Hour, 0, 0, 0, true, true, true},
+		// guards mutation "d > max+time.Hour" in strictState: the last update
+		// succeeded, but the server is gone for longer than the max age.
+		{"lost_server_over_age_not_strict", time.Hour, 0, 0, 2 * time.Hour, false, true, false},
+		{"lost_server_under_age_strict", time.Hour, 0, 0, 30 * time.Minute, true, true, true},
+		{"restored_old_backup_not_serving", time.Hour, 2 * time.Hour, 0, 0, false, false, false},
+		{"restored_recent_backup_serving", time.Hour, time.Minute, 0, 0, true, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clock.NewMock()
@@ -122,6 +127,10 @@ func TestMaxAge(t *testing.T) {
 				if tc.behind > 0 {
 					tr.Record(Transaction{ID: "h2", Type: TypePolicy, Error: "fetch: 503"})
 					clk.Add(tc.behind)
+				}
+				if tc.lost > 0 {
+					tr.Lost(clk.Now())
+					clk.Add(tc.lost)
 				}
 			}
 			if got := tr.Serving(); got != tc.serving {
