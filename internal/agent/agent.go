@@ -235,6 +235,16 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 		}
 	}
 
+	auth, err := api.NewVerifier(api.VerifierOptions{
+		PublicKey: cfg.AuthPublicKey, Format: cfg.AuthPublicKeyFormat, Algorithm: cfg.AuthJWTAlgorithm,
+		Audience: cfg.AuthJWTAudience, Issuer: cfg.AuthJWTIssuer, Clock: o.Clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: client API authentication: %w", err)
+	}
+	if auth == nil {
+		a.log.Info("client API authentication disabled (no OPAL_AUTH_PUBLIC_KEY): the connectivity routes are open")
+	}
 	addr := net.JoinHostPort(cfg.ClientAPIServerHost, strconv.Itoa(cfg.ClientAPIServerPort))
 	a.apiLn, err = net.Listen("tcp", addr)
 	if err != nil {
@@ -249,6 +259,7 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 		// Offline mode: online:false health and the connectivity switches.
 		OfflineMode:  a.off.enabled,
 		Connectivity: a,
+		Auth:         auth,
 		Clock:        o.Clock,
 		Logger:       a.log,
 	}

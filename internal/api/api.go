@@ -18,10 +18,12 @@
 //	                                400 {"detail":...} without offline mode
 //	GET /metrics                    Prometheus text format
 //
-// Handlers never block on an update: triggers only enqueue. The Python
-// client guards the connectivity routes with a JWT; this API has no
-// authentication and is meant for the loopback interface (the default
-// OPAL_CLIENT_API_SERVER_HOST, 127.0.0.1).
+// Handlers never block on an update: triggers only enqueue. With
+// OPAL_AUTH_PUBLIC_KEY set (Options.Auth), the three /opal-server/connectivity
+// routes need a JWT of peer_type "listener", as in the Python client
+// (auth.go); without one they are open to anyone who reaches the port. The
+// triggers are open in both cases, as in the Python client; health, ready
+// and metrics are always open.
 package api
 
 import (
@@ -67,6 +69,9 @@ type Options struct {
 	// Connectivity is the switch of the connection to the OPAL server; nil
 	// (with OfflineMode) makes the switches answer 503.
 	Connectivity Connectivity
+	// Auth, if set, guards the connectivity routes (NewVerifier); nil
+	// leaves them open.
+	Auth *Verifier
 	// Metrics serves GET /metrics; nil answers 404.
 	Metrics http.Handler
 	// HealthTimeout bounds Healthy; 0 means DefaultHealthTimeout.
@@ -169,10 +174,13 @@ func Handler(o Options) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, ok)
 	})
-	mux.HandleFunc("GET /opal-server/connectivity", func(w http.ResponseWriter, r *http.Request) {
+	// The Python client's connectivity router requires a listener token
+	// on all three routes.
+	listener := func(h http.HandlerFunc) http.HandlerFunc { return o.Auth.requirePeer("listener", log, h) }
+	mux.HandleFunc("GET /opal-server/connectivity", listener(func(w http.ResponseWriter, r *http.Request) {
 		disabled := o.Connectivity != nil && o.Connectivity.ServerConnectivityDisabled()
 		writeJSON(w, http.StatusOK, map[string]any{"opal_server_connectivity_disabled": disabled, "offline_mode_enabled": o.OfflineMode})
-	})
+	}))
 	connectivity := func(enable bool) http.HandlerFunc {
 		verb, done := "disable", "disabled"
 		if enable {
@@ -195,8 +203,8 @@ func Handler(o Options) http.Handler {
 			writeJSON(w, http.StatusOK, map[string]any{"status": status})
 		}
 	}
-	mux.HandleFunc("POST /opal-server/connectivity/disable", connectivity(false))
-	mux.HandleFunc("POST /opal-server/connectivity/enable", connectivity(true))
+	mux.HandleFunc("POST /opal-server/connectivity/disable", listener(connectivity(false))) // guard: mutation "connectivity(false))" leaves disable open with a key set
+	mux.HandleFunc("POST /opal-server/connectivity/enable", listener(connectivity(true)))
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}
