@@ -104,6 +104,14 @@ type Config struct {
 	ClientAPIServerHost string // OPAL_CLIENT_API_SERVER_HOST
 	ClientAPIServerPort int    // OPAL_CLIENT_API_SERVER_PORT
 
+	// Client API authentication, as the Python client's JWTVerifier: with a
+	// public key the connectivity routes need a JWT (internal/api/auth.go).
+	AuthPublicKey       string // OPAL_AUTH_PUBLIC_KEY: the key, or a path to it; "" = off
+	AuthPublicKeyFormat string // OPAL_AUTH_PUBLIC_KEY_FORMAT: ssh (default), pem or der
+	AuthJWTAlgorithm    string // OPAL_AUTH_JWT_ALGORITHM, default RS256
+	AuthJWTAudience     string // OPAL_AUTH_JWT_AUDIENCE
+	AuthJWTIssuer       string // OPAL_AUTH_JWT_ISSUER
+
 	LogLevel            string // OPAL_LOG_LEVEL, upper case
 	LogSerialize        bool   // OPAL_LOG_SERIALIZE: JSON logs
 	LogFormatIncludePID bool   // OPAL_LOG_FORMAT_INCLUDE_PID
@@ -166,6 +174,12 @@ type env struct {
 
 	ClientAPIServerHost *string `envconfig:"OPAL_CLIENT_API_SERVER_HOST"`
 	ClientAPIServerPort *string `envconfig:"OPAL_CLIENT_API_SERVER_PORT"`
+
+	AuthPublicKey       *string `envconfig:"OPAL_AUTH_PUBLIC_KEY"`
+	AuthPublicKeyFormat *string `envconfig:"OPAL_AUTH_PUBLIC_KEY_FORMAT"`
+	AuthJWTAlgorithm    *string `envconfig:"OPAL_AUTH_JWT_ALGORITHM"`
+	AuthJWTAudience     *string `envconfig:"OPAL_AUTH_JWT_AUDIENCE"`
+	AuthJWTIssuer       *string `envconfig:"OPAL_AUTH_JWT_ISSUER"`
 
 	LogLevel            *string `envconfig:"OPAL_LOG_LEVEL"`
 	LogSerialize        *string `envconfig:"OPAL_LOG_SERIALIZE"`
@@ -426,6 +440,16 @@ func parse(e *env) (*Config, error) {
 	c.ClientAPIServerHost = get(e.ClientAPIServerHost, "127.0.0.1")
 	c.ClientAPIServerPort = int(p.integer("CLIENT_API_SERVER_PORT", e.ClientAPIServerPort, 7000, 1, 65535))
 
+	// The key itself is parsed (and refused) when the API is built.
+	c.AuthPublicKey = get(e.AuthPublicKey, "")
+	c.AuthPublicKeyFormat = strings.ToLower(get(e.AuthPublicKeyFormat, "ssh"))
+	if f := c.AuthPublicKeyFormat; f != "ssh" && f != "pem" && f != "der" {
+		p.fail("AUTH_PUBLIC_KEY_FORMAT", f, "ssh, pem or der", "")
+	}
+	c.AuthJWTAlgorithm = get(e.AuthJWTAlgorithm, "RS256")
+	c.AuthJWTAudience = get(e.AuthJWTAudience, "https://api.opal.ac/v1/")
+	c.AuthJWTIssuer = get(e.AuthJWTIssuer, "https://opal.ac/")
+
 	c.LogLevel = strings.ToUpper(get(e.LogLevel, "INFO"))
 	if _, ok := slogLevels[c.LogLevel]; !ok {
 		p.fail("LOG_LEVEL", c.LogLevel, "TRACE, DEBUG, INFO, SUCCESS, WARNING, ERROR or CRITICAL", "")
@@ -644,6 +668,11 @@ func (c *Config) Masked() map[string]any {
 		"OPAL_POLICY_MAX_AGE":                            c.PolicyMaxAge.Seconds(),
 		"OPAL_CLIENT_API_SERVER_HOST":                    c.ClientAPIServerHost,
 		"OPAL_CLIENT_API_SERVER_PORT":                    c.ClientAPIServerPort,
+		"OPAL_AUTH_PUBLIC_KEY":                           c.AuthPublicKey,
+		"OPAL_AUTH_PUBLIC_KEY_FORMAT":                    c.AuthPublicKeyFormat,
+		"OPAL_AUTH_JWT_ALGORITHM":                        c.AuthJWTAlgorithm,
+		"OPAL_AUTH_JWT_AUDIENCE":                         c.AuthJWTAudience,
+		"OPAL_AUTH_JWT_ISSUER":                           c.AuthJWTIssuer,
 		"OPAL_LOG_LEVEL":                                 c.LogLevel,
 		"OPAL_LOG_SERIALIZE":                             c.LogSerialize,
 		"OPAL_LOG_FORMAT_INCLUDE_PID":                    c.LogFormatIncludePID,

@@ -187,10 +187,12 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 		DataUpdaterEnabled: cfg.DataUpdaterEnabled && o.NewDataUpdater != nil,
 		Store:              a.store,
 		HealthPolicy:       a.healthPolicyWriter(),
+		MaxAge:             cfg.PolicyMaxAge,
 		Logger:             a.log,
 	})
 	a.metrics = metrics.New(metrics.Options{
 		Clock: o.Clock, Version: o.Version, Flat: a.sched.Flat, Ready: a.serving, ProcessCollectors: true,
+		Stale: a.tracker.Staleness().Stale, StrictHealthy: a.tracker.StrictOK,
 	})
 	// Before anything connects: a valid backup makes the agent ready now.
 	a.setupOffline(ctx)
@@ -199,11 +201,14 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 	fo := fetcher.PolicyOptions(cfg)
 	fo.HTTPClient, fo.Clock, fo.Rand, fo.Logger = httpClient, o.Clock, o.Rand, a.log
 	fo.OnAttempt = func(at fetcher.Attempt) { a.metrics.FetchAttempt(at.Class, at.Status) }
-	fo.OnRetry = func(r fetcher.Retry) { a.metrics.FetchRetry(r.Outcome.Class) }
+	fo.OnRetry = func(r fetcher.Retry) {
+		a.metrics.FetchRetry(r.Outcome.Class)
+		a.tracker.FetchFailed()
+	}
 	f := fetcher.New(fo)
 	a.queue = updater.New(updater.Options{
 		Store:         measuredStore{a.store, a.metrics, o.Clock},
-		Fetcher:       measuredFetcher{f, a.metrics},
+		Fetcher:       measuredFetcher{f, a.metrics, a.tracker},
 		Scheduler:     a.sched,
 		Dirs:          cfg.PolicySubscriptionDirs,
 		Clock:         o.Clock,
@@ -230,6 +235,16 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 		}
 	}
 
+	auth, err := api.NewVerifier(api.VerifierOptions{
+		PublicKey: cfg.AuthPublicKey, Format: cfg.AuthPublicKeyFormat, Algorithm: cfg.AuthJWTAlgorithm,
+		Audience: cfg.AuthJWTAudience, Issuer: cfg.AuthJWTIssuer, Clock: o.Clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: client API authentication: %w", err)
+	}
+	if auth == nil {
+		a.log.Info("client API authentication disabled (no OPAL_AUTH_PUBLIC_KEY): the connectivity routes are open")
+	}
 	addr := net.JoinHostPort(cfg.ClientAPIServerHost, strconv.Itoa(cfg.ClientAPIServerPort))
 	a.apiLn, err = net.Listen("tcp", addr)
 	if err != nil {
@@ -237,11 +252,14 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 	}
 	apiOpts := api.Options{
 		Healthy: a.tracker.Healthy,
+		Strict:  a.tracker.Strict,
+		Loaded:  a.tracker.Loaded,
 		Ready:   a.serving,
 		Metrics: a.metrics.Handler(),
 		// Offline mode: online:false health and the connectivity switches.
 		OfflineMode:  a.off.enabled,
 		Connectivity: a,
+		Auth:         auth,
 		Clock:        o.Clock,
 		Logger:       a.log,
 	}
@@ -350,8 +368,9 @@ func (a *Agent) triggerData() error {
 // closing at shutdown does not.
 func (a *Agent) onPubSubState(connected bool) {
 	a.metrics.PubSubState(connected)
+	a.tracker.PubSubState(connected)
 	if !connected && !a.shuttingDown() { // guard: mutation "if false {" leaves a lost server unnoticed by staleness and max age
-		a.metrics.Staleness().Lost(a.clk.Now())
+		a.tracker.Lost(a.clk.Now())
 	}
 }
 
@@ -403,7 +422,7 @@ func (a *Agent) onTransaction(tx updater.Transaction) {
 		Error: tx.Error, Created: tx.Created, Ended: tx.Ended,
 	}
 	a.tracker.Record(st)
-	a.metrics.Transaction(tx.ID, tx.Success, tx.Error, tx.Ended)
+	a.metrics.Transaction(tx.ID, tx.Success, tx.Ended)
 	if a.ServerConnectivityDisabled() {
 		// An operator trigger while disconnected fetches once; its failure
 		// must not leave a deferred re-fetch behind. guard: mutation "if false {"
@@ -522,7 +541,7 @@ func (a *Agent) warnStale(ctx context.Context, tick <-chan time.Time) {
 
 // checkStale logs the stale warning if it is due and reports whether it did.
 func (a *Agent) checkStale() bool {
-	st := a.metrics.Staleness().State()
+	st := a.tracker.Staleness().State()
 	if st.Stale < a.o.StaleWarnInterval { // guard: mutation "if st.Stale < 0 {" warns about a current or briefly late policy
 		return false
 	}
@@ -562,15 +581,21 @@ func (s measuredStore) ApplyPolicy(ctx context.Context, b *fetcher.PolicyBundle)
 	return err
 }
 
-// measuredFetcher counts whole fetches by outcome.
+// measuredFetcher counts whole fetches by outcome; a failed one (retries
+// exhausted or not retryable, not cancelled) marks the policy as failing.
 type measuredFetcher struct {
 	f *fetcher.Fetcher
 	m *metrics.Metrics
+	t *status.Tracker
 }
 
 func (f measuredFetcher) Fetch(ctx context.Context, r fetcher.Request) (*fetcher.Result, error) {
 	res, err := f.f.Fetch(ctx, r)
-	f.m.FetchDone(fetchOutcome(err))
+	outcome := fetchOutcome(err)
+	f.m.FetchDone(outcome)
+	if outcome == metrics.OutcomeExhausted || outcome == metrics.OutcomeNonRetryable {
+		f.t.FetchFailed()
+	}
 	return res, err
 }
 

@@ -42,11 +42,12 @@ func TestStaleWarning(t *testing.T) {
 			a := &Agent{o: Options{StaleWarnInterval: time.Minute}, clk: clk,
 				log:     slog.New(slog.NewTextHandler(&buf, nil)),
 				metrics: metrics.New(metrics.Options{Clock: clk}),
+				tracker: status.New(status.Options{Clock: clk}),
 				sched:   scheduler.New(scheduler.Options{Clock: clk, Fire: func() {}})}
 			if c.loaded {
-				a.metrics.Transaction("h1", true, "", clk.Now())
+				a.tracker.Record(status.Transaction{ID: "h1", Type: status.TypePolicy, Success: true})
 				if c.behind > 0 {
-					a.metrics.Transaction("h2", false, "fetch: 503", clk.Now())
+					a.tracker.Record(status.Transaction{ID: "h2", Type: status.TypePolicy, Error: "fetch: 503"})
 				}
 			}
 			clk.Add(c.behind)

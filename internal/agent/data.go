@@ -48,11 +48,3 @@ func NewDataUpdater(d DataDeps) (DataUpdater, error) {
 		},
 	}), nil
 }
-
-// ready is the agent's readiness (protocol §5.3): a policy has been loaded
-// and, when the data updater runs, at least one data entry has been written.
-func (a *Agent) ready() bool {
-	// The tracker knows whether the data updater runs (status.Options) and
-	// so applies §5.3 whole; guarded by TestE2E_Data/5_3_ready_needs_data.
-	return a.tracker.Ready()
-}

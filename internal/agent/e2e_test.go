@@ -299,8 +299,17 @@ func TestE2E_BadBundleKeepsOldPolicy(t *testing.T) {
 	if !h.decide("alice", "write") || h.decide("carol", "write") {
 		t.Fatal("old decisions changed after a failed bundle")
 	}
-	if code, body := h.get("/healthcheck"); code != 503 || body != `{"status":"unavailable"}` {
+	// The Python client's health: the old policy still decides, so the
+	// liveness probe's /healthcheck stays 200; the strict view reports the
+	// failure.
+	if code, body := h.get("/healthcheck"); code != 200 || body != `{"online":true,"status":"ok"}` {
 		t.Fatalf("/healthcheck after a failure = %d %s", code, body)
+	}
+	if code, body := h.get("/healthcheck?strict=true"); code != 503 || body != `{"status":"unavailable"}` {
+		t.Fatalf("/healthcheck?strict=true after a failure = %d %s", code, body)
+	}
+	if h.metric("opal_client_strict_healthy", nil) != 0 {
+		t.Error("opal_client_strict_healthy must be 0 after a failed update")
 	}
 	if code, _ := h.get("/ready"); code != 200 {
 		t.Fatal("a later failure must not unready the agent")
@@ -310,8 +319,11 @@ func TestE2E_BadBundleKeepsOldPolicy(t *testing.T) {
 	}
 	srv.update(map[string]string{"rbac/rbac.rego": good + "\n# fixed\n"})
 	h.successTx()
-	if code, _ := h.get("/healthcheck"); code != 200 {
-		t.Fatalf("/healthcheck after the fix = %d", code)
+	if code, _ := h.get("/healthcheck?strict=true"); code != 200 {
+		t.Fatalf("/healthcheck?strict=true after the fix = %d", code)
+	}
+	if h.metric("opal_client_strict_healthy", nil) != 1 {
+		t.Error("opal_client_strict_healthy must be 1 once current")
 	}
 	if h.metric("opal_client_policy_staleness_seconds", nil) != 0 {
 		t.Error("staleness must be 0 once current")

@@ -51,7 +51,8 @@ func (a *Agent) setupOffline(ctx context.Context) {
 	st, takenAt, err := backup.Restore(ctx, cfg.StoreBackupPath, a.emb.Import, a.log)
 	if err == nil { // guard: mutation "if err != nil {" leaves a valid backup unused
 		a.off.restored, a.off.takenAt = true, takenAt
-		a.metrics.Restored(st.Hash, takenAt)
+		a.tracker.Restored(takenAt)
+		a.metrics.Restored(st.Hash)
 	}
 	if cfg.DefaultOPALServerConnectivityDisabled {
 		if a.off.restored {
@@ -68,13 +69,8 @@ func (a *Agent) setupOffline(ctx context.Context) {
 
 // serving reports readiness (/ready, opal_client_ready): a policy loaded
 // from the server or restored from a backup, and, with OPAL_POLICY_MAX_AGE,
-// not behind for longer than that.
-func (a *Agent) serving() bool {
-	if max := a.cfg.PolicyMaxAge; max > 0 && a.metrics.Staleness().Stale() > max { // guard: mutation "max < 0" ignores the max age
-		return false
-	}
-	return a.off.restored || a.ready()
-}
+// not behind for longer than that (status.Tracker.Serving).
+func (a *Agent) serving() bool { return a.tracker.Serving() }
 
 // notifyBackup tells the backup writer the store changed (a successful
 // policy or data transaction). It never blocks.
@@ -249,6 +245,6 @@ func (a *Agent) SetServerConnectivity(enabled bool) bool {
 	// Nothing confirms the policy is current any more (also when the
 	// socket was still connecting): staleness and OPAL_POLICY_MAX_AGE count
 	// from now until the first success after enable.
-	a.metrics.Staleness().Lost(a.clk.Now()) // guard: mutation "_ = a" keeps a disabled agent current forever
+	a.tracker.Lost(a.clk.Now()) // guard: mutation "_ = a" keeps a disabled agent current forever
 	return true
 }

@@ -280,7 +280,7 @@ func TestOffline_NoBackupConnectsAnyway(t *testing.T) {
 func unitAgent(clk *clock.Mock, cfg *config.Config, buf *syncBuf) *Agent {
 	return &Agent{cfg: cfg, clk: clk, log: slog.New(slog.NewTextHandler(buf, nil)),
 		metrics: metrics.New(metrics.Options{Clock: clk}),
-		tracker: status.New(status.Options{Clock: clk, Logger: slog.New(slog.DiscardHandler)}),
+		tracker: status.New(status.Options{Clock: clk, MaxAge: cfg.PolicyMaxAge, Logger: slog.New(slog.DiscardHandler)}),
 		sched:   scheduler.New(scheduler.Options{Clock: clk, Fire: func() {}})}
 }
 
@@ -309,19 +309,17 @@ func TestOffline_MaxAge(t *testing.T) {
 			clk := clock.NewMock()
 			a := unitAgent(clk, &config.Config{PolicyMaxAge: c.maxAge}, &syncBuf{})
 			if c.restored > 0 {
-				a.off.restored = true
-				a.metrics.Restored("h0", clk.Now())
+				a.tracker.Restored(clk.Now())
 				clk.Add(c.restored)
 			} else {
 				a.tracker.Record(status.Transaction{ID: "h1", Type: status.TypePolicy, Success: true})
-				a.metrics.Transaction("h1", true, "", clk.Now())
 				if c.behind > 0 {
-					a.metrics.Transaction("h2", false, "fetch: 503", clk.Now())
+					a.tracker.Record(status.Transaction{ID: "h2", Type: status.TypePolicy, Error: "fetch: 503"})
 					clk.Add(c.behind)
 				}
 			}
 			if got := a.serving(); got != c.want {
-				t.Fatalf("ready %v, want %v (stale %v)", got, c.want, a.metrics.Staleness().Stale())
+				t.Fatalf("ready %v, want %v (stale %v)", got, c.want, a.tracker.Staleness().Stale())
 			}
 		})
 	}
@@ -470,18 +468,17 @@ func TestStaleness_LostConnection(t *testing.T) {
 			clk := clock.NewMock()
 			a := unitAgent(clk, &config.Config{PolicyMaxAge: time.Minute}, &syncBuf{})
 			a.tracker.Record(status.Transaction{ID: "h1", Type: status.TypePolicy, Success: true})
-			a.metrics.Transaction("h1", true, "", clk.Now())
 			clk.Add(time.Hour) // a quiet server: current, however old
 			c.lose(a)
 			clk.Add(2 * time.Minute)
-			if got := a.metrics.Staleness().Stale(); got != c.stale {
+			if got := a.tracker.Staleness().Stale(); got != c.stale {
 				t.Fatalf("stale %v, want %v", got, c.stale)
 			}
 			if got := a.serving(); got != c.ready {
 				t.Fatalf("ready %v, want %v", got, c.ready)
 			}
-			a.metrics.Transaction("h1", true, "", clk.Now()) // the reconnect's update
-			if got := a.metrics.Staleness().Stale(); got != 0 {
+			a.tracker.Record(status.Transaction{ID: "h1", Type: status.TypePolicy, Success: true}) // the reconnect's update
+			if got := a.tracker.Staleness().Stale(); got != 0 {
 				t.Fatalf("stale %v after a success", got)
 			}
 		})

@@ -2,9 +2,13 @@
 // OPAL_CLIENT_API_SERVER_HOST:PORT, with the Python client's routes and
 // bodies, plus GET /metrics:
 //
-//	GET /healthcheck, /healthy, /   200 {"status":"ok","online":true} when healthy; in offline mode
-//	                                200 {"status":"ok","online":false} when ready but not healthy;
-//	                                else 503 {"status":"unavailable"}
+//	GET /healthcheck, /healthy, /   the Python client's health: 200 {"status":"ok","online":true} once a
+//	                                policy (and data) update has succeeded and the store answers, also
+//	                                after later failures, a lost server or a stale policy; in offline mode
+//	                                200 {"status":"ok","online":false} when a (restored) policy is loaded
+//	                                but not healthy; else 503 {"status":"unavailable"}
+//	GET /healthcheck?strict=true    (also /healthy, /) the strict view: 503 when the last update failed or
+//	                                the policy is older than OPAL_POLICY_MAX_AGE; offline mode as above
 //	GET /ready                      200 {"status":"ok"} once a policy is loaded, else 503 {"status":"unavailable"}
 //	POST /policy-updater/trigger    queues a forced full policy update: 200 {"status":"ok"}
 //	POST /data-updater/trigger      reloads base data: 200 {"status":"ok"}, 503 when the data updater is off
@@ -14,10 +18,12 @@
 //	                                400 {"detail":...} without offline mode
 //	GET /metrics                    Prometheus text format
 //
-// Handlers never block on an update: triggers only enqueue. The Python
-// client guards the connectivity routes with a JWT; this API has no
-// authentication and is meant for the loopback interface (the default
-// OPAL_CLIENT_API_SERVER_HOST, 127.0.0.1).
+// Handlers never block on an update: triggers only enqueue. With
+// OPAL_AUTH_PUBLIC_KEY set (Options.Auth), the three /opal-server/connectivity
+// routes need a JWT of peer_type "listener", as in the Python client
+// (auth.go); without one they are open to anyone who reaches the port. The
+// triggers are open in both cases, as in the Python client; health, ready
+// and metrics are always open.
 package api
 
 import (
@@ -26,6 +32,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -41,6 +48,13 @@ type Options struct {
 	// Healthy returns nil when the agent is healthy (status.Tracker.Healthy);
 	// nil means never healthy.
 	Healthy func(ctx context.Context) error
+	// Strict is the strict view of ?strict=true (status.Tracker.Strict);
+	// nil means never strictly healthy.
+	Strict func(ctx context.Context) error
+	// Loaded reports whether a policy is loaded however old
+	// (status.Tracker.Loaded): the lenient view's offline-mode answer. Nil
+	// falls back to Ready.
+	Loaded func() bool
 	// Ready reports readiness (status.Tracker.Ready); nil means never ready.
 	Ready func() bool
 	// TriggerPolicy queues a forced full policy update; nil answers 503.
@@ -55,6 +69,9 @@ type Options struct {
 	// Connectivity is the switch of the connection to the OPAL server; nil
 	// (with OfflineMode) makes the switches answer 503.
 	Connectivity Connectivity
+	// Auth, if set, guards the connectivity routes (NewVerifier); nil
+	// leaves them open.
+	Auth *Verifier
 	// Metrics serves GET /metrics; nil answers 404.
 	Metrics http.Handler
 	// HealthTimeout bounds Healthy; 0 means DefaultHealthTimeout.
@@ -95,20 +112,29 @@ func Handler(o Options) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if o.Loaded == nil {
+		o.Loaded = o.Ready
+	}
 	mux := http.NewServeMux()
 	health := func(w http.ResponseWriter, r *http.Request) {
-		if o.Healthy == nil {
+		check, loaded := o.Healthy, o.Loaded
+		if strict, _ := strconv.ParseBool(r.URL.Query().Get("strict")); strict { // guard: mutation "if false {" serves the lenient view to ?strict=true
+			// The strict view: a policy past OPAL_POLICY_MAX_AGE is not
+			// "ready" for offline mode's answer either.
+			check, loaded = o.Strict, o.Ready
+		}
+		if check == nil {
 			writeJSON(w, http.StatusServiceUnavailable, unavailable)
 			return
 		}
 		ctx, cancel := o.Clock.WithTimeout(r.Context(), o.HealthTimeout)
 		defer cancel()
-		if err := o.Healthy(ctx); err != nil { // guard: mutation "if err == nil {" answers 200 while unhealthy
+		if err := check(ctx); err != nil { // guard: mutation "if err == nil {" answers 200 while unhealthy
 			log.Debug("health check failed", "error", err)
 			// Offline mode: serving a loaded (possibly restored) policy
 			// without the server is the point, so it is not an outage.
 			// An unreachable store decides nothing: an outage in any mode.
-			if o.OfflineMode && !errors.Is(err, status.ErrStoreUnreachable) && o.Ready != nil && o.Ready() { // guard: mutation "if o.Ready != nil && o.Ready() {" answers online:false without offline mode
+			if o.OfflineMode && !errors.Is(err, status.ErrStoreUnreachable) && loaded != nil && loaded() { // guard: mutation "if loaded != nil && loaded() {" answers online:false without offline mode
 				writeJSON(w, http.StatusOK, okOffline)
 				return
 			}
@@ -148,10 +174,13 @@ func Handler(o Options) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, ok)
 	})
-	mux.HandleFunc("GET /opal-server/connectivity", func(w http.ResponseWriter, r *http.Request) {
+	// The Python client's connectivity router requires a listener token
+	// on all three routes.
+	listener := func(h http.HandlerFunc) http.HandlerFunc { return o.Auth.requirePeer("listener", log, h) }
+	mux.HandleFunc("GET /opal-server/connectivity", listener(func(w http.ResponseWriter, r *http.Request) {
 		disabled := o.Connectivity != nil && o.Connectivity.ServerConnectivityDisabled()
 		writeJSON(w, http.StatusOK, map[string]any{"opal_server_connectivity_disabled": disabled, "offline_mode_enabled": o.OfflineMode})
-	})
+	}))
 	connectivity := func(enable bool) http.HandlerFunc {
 		verb, done := "disable", "disabled"
 		if enable {
@@ -174,8 +203,8 @@ func Handler(o Options) http.Handler {
 			writeJSON(w, http.StatusOK, map[string]any{"status": status})
 		}
 	}
-	mux.HandleFunc("POST /opal-server/connectivity/disable", connectivity(false))
-	mux.HandleFunc("POST /opal-server/connectivity/enable", connectivity(true))
+	mux.HandleFunc("POST /opal-server/connectivity/disable", listener(connectivity(false))) // guard: mutation "connectivity(false))" leaves disable open with a key set
+	mux.HandleFunc("POST /opal-server/connectivity/enable", listener(connectivity(true)))
 	if o.Metrics != nil {
 		mux.Handle("GET /metrics", o.Metrics)
 	}

@@ -260,3 +260,44 @@ func TestP7_Connectivity(t *testing.T) {
 		}
 	})
 }
+
+// TestHealthStrictView pins the two views of the health routes: the lenient
+// one (the Python client's; what the chart's liveness probe reads) and
+// ?strict=true (the last update failed, or the policy is older than
+// OPAL_POLICY_MAX_AGE). In offline mode the lenient view answers
+// online:false for any loaded policy, the strict one only while ready.
+func TestHealthStrictView(t *testing.T) {
+	failed := errors.New("last policy transaction failed")
+	for _, c := range []struct {
+		name          string
+		offline       bool
+		healthy       error
+		strict        error
+		loaded, ready bool
+		path          string
+		code          int
+		body          string
+	}{
+		{"lenient_ignores_a_failed_update", false, nil, failed, true, true, "/healthcheck", 200, `{"online":true,"status":"ok"}`},
+		// guards mutation "if false {" in health (strict query ignored)
+		{"strict_reports_a_failed_update", false, nil, failed, true, true, "/healthcheck?strict=true", 503, `{"status":"unavailable"}`},
+		{"strict_on_healthy_route", false, nil, failed, true, true, "/healthy?strict=1", 503, `{"status":"unavailable"}`},
+		{"strict_false_is_lenient", false, nil, failed, true, true, "/?strict=false", 200, `{"online":true,"status":"ok"}`},
+		{"strict_healthy_is_200", false, nil, nil, true, true, "/healthcheck?strict=true", 200, `{"online":true,"status":"ok"}`},
+		{"offline_lenient_over_age_is_online_false", true, failed, failed, true, false, "/healthcheck", 200, `{"online":false,"status":"ok"}`},
+		{"offline_strict_over_age_is_503", true, failed, failed, true, false, "/healthcheck?strict=true", 503, `{"status":"unavailable"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := Handler(Options{
+				Healthy:     func(context.Context) error { return c.healthy },
+				Strict:      func(context.Context) error { return c.strict },
+				Loaded:      func() bool { return c.loaded },
+				Ready:       func() bool { return c.ready },
+				OfflineMode: c.offline,
+			})
+			if code, body := do(h, "GET", c.path); code != c.code || body != c.body {
+				t.Fatalf("GET %s = %d %s, want %d %s", c.path, code, body, c.code, c.body)
+			}
+		})
+	}
+}

@@ -1,6 +1,6 @@
-// Package metrics holds the agent's Prometheus collectors (docs/metrics.md)
-// and the policy staleness tracker behind the staleness gauge and the
-// "policy stale" warning.
+// Package metrics holds the agent's Prometheus collectors (docs/metrics.md).
+// The state behind the gauges (staleness, readiness, strict health) lives in
+// internal/status; the gauges read it through Options' funcs.
 //
 // Every method is a hook the agent wires into the fetcher, scheduler, updater,
 // store and pub/sub client; each one is cheap and never blocks. A nil
@@ -31,6 +31,12 @@ type Options struct {
 	Flat func() bool
 	// Ready, if set, reports readiness (a policy has been loaded).
 	Ready func() bool
+	// Stale, if set, is how long the policy has been behind
+	// (status.Staleness.Stale); unset reads 0.
+	Stale func() time.Duration
+	// StrictHealthy, if set, reports the strict health without the store
+	// probe (status.Tracker.StrictOK) as opal_client_strict_healthy.
+	StrictHealthy func() bool
 	// ProcessCollectors adds the Go runtime and process collectors.
 	ProcessCollectors bool
 }
@@ -56,7 +62,6 @@ type Metrics struct {
 	dataEntries   *prometheus.CounterVec
 	dataDeferrals prometheus.Counter
 	dataSuccess   prometheus.Gauge
-	stale         *Staleness
 	mu            sync.Mutex
 	hash          string
 	connectedOnce bool
@@ -80,7 +85,10 @@ func New(o Options) *Metrics {
 		o.Clock = clock.New()
 	}
 	m := &Metrics{reg: prometheus.NewRegistry(), clk: o.Clock}
-	m.stale = NewStaleness(o.Clock)
+	stale := o.Stale
+	if stale == nil {
+		stale = func() time.Duration { return 0 }
+	}
 	f := promFactory{m.reg}
 	m.attempts = f.counterVec("policy_fetch_attempts_total",
 		"Policy bundle requests by outcome class and HTTP status (0 = no answer).", "class", "status")
@@ -118,7 +126,7 @@ func New(o Options) *Metrics {
 	staleGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "policy_staleness_seconds",
 		Help: "Seconds since the last successful policy update (or since start) while an update is pending or failing; 0 when current.",
-	}, func() float64 { return m.stale.Stale().Seconds() })
+	}, func() float64 { return stale().Seconds() })
 	m.reg.MustRegister(staleGauge)
 	m.wsConnected = f.gauge("pubsub_connected", "1 while the pub/sub WebSocket is connected and subscribed.")
 	m.wsConnects = f.counter("pubsub_connects_total", "Successful pub/sub connects (subscribe answered).")
@@ -136,6 +144,13 @@ func New(o Options) *Metrics {
 			Namespace: Namespace, Name: "ready",
 			Help: "1 once a policy has been loaded (the /ready answer).",
 		}, func() float64 { return b2f(ready()) }))
+	}
+	if o.StrictHealthy != nil {
+		strict := o.StrictHealthy
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "strict_healthy",
+			Help: "1 while the last policy (and data) update succeeded and the policy is not older than OPAL_POLICY_MAX_AGE (the /healthcheck?strict=true view, without the store probe).",
+		}, func() float64 { return b2f(strict()) }))
 	}
 	bi := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: Namespace, Name: "build_info", Help: "Always 1; the version label is the agent's version.",
@@ -183,14 +198,6 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// Staleness is the tracker behind the staleness gauge.
-func (m *Metrics) Staleness() *Staleness {
-	if m == nil {
-		return nil
-	}
-	return m.stale
-}
-
 // FetchAttempt counts one policy bundle request (fetcher OnAttempt, F10).
 func (m *Metrics) FetchAttempt(class string, status int) {
 	if m == nil {
@@ -199,26 +206,20 @@ func (m *Metrics) FetchAttempt(class string, status int) {
 	m.attempts.WithLabelValues(class, strconv.Itoa(status)).Inc()
 }
 
-// FetchRetry counts one wait between attempts (fetcher OnRetry, F10) and
-// marks the policy as failing.
+// FetchRetry counts one wait between attempts (fetcher OnRetry, F10).
 func (m *Metrics) FetchRetry(class string) {
 	if m == nil {
 		return
 	}
 	m.retries.WithLabelValues(class).Inc()
-	m.stale.Failing()
 }
 
-// FetchDone counts one whole fetch by outcome (Outcome*). Any outcome but
-// success or cancelled marks the policy as failing.
+// FetchDone counts one whole fetch by outcome (Outcome*).
 func (m *Metrics) FetchDone(outcome string) {
 	if m == nil {
 		return
 	}
 	m.fetches.WithLabelValues(outcome).Inc()
-	if outcome == OutcomeExhausted || outcome == OutcomeNonRetryable {
-		m.stale.Failing()
-	}
 }
 
 // DeferralArmed counts one armed deferral round (scheduler OnArm, D7).
@@ -262,16 +263,14 @@ func (m *Metrics) UpdateRequested(reason string) {
 }
 
 // Transaction records the outcome of one policy update: on success the
-// policy hash, the time of the success and the end of any staleness;
-// on failure the start of staleness (if it had not started yet).
-// errMsg is the failure's error text, shown in the stale warning.
-func (m *Metrics) Transaction(hash string, success bool, errMsg string, ended time.Time) {
+// policy hash and the time of the success. (The staleness it ends or starts
+// is status.Tracker.Record's.)
+func (m *Metrics) Transaction(hash string, success bool, ended time.Time) {
 	if m == nil {
 		return
 	}
 	if !success {
 		m.transactions.WithLabelValues("failure").Inc()
-		m.stale.FailedWith(errMsg)
 		return
 	}
 	m.transactions.WithLabelValues("success").Inc()
@@ -279,19 +278,17 @@ func (m *Metrics) Transaction(hash string, success bool, errMsg string, ended ti
 		ended = m.clk.Now()
 	}
 	m.lastSuccess.Set(float64(ended.UnixNano()) / 1e9)
-	m.stale.Success(ended)
 	m.setHash(hash)
 }
 
-// Restored records a policy loaded from an offline-mode backup taken at
-// takenAt: policy_info carries its hash and the staleness counts from
-// takenAt until the first successful update. The last-success timestamp is
-// left alone: nothing has been fetched yet.
-func (m *Metrics) Restored(hash string, takenAt time.Time) {
+// Restored records a policy loaded from an offline-mode backup:
+// policy_info carries its hash. The last-success timestamp is left alone:
+// nothing has been fetched yet (the staleness from the backup's time is
+// status.Tracker.Restored's).
+func (m *Metrics) Restored(hash string) {
 	if m == nil {
 		return
 	}
-	m.stale.Restored(takenAt)
 	m.setHash(hash)
 }
 

@@ -1,5 +1,10 @@
-// Package status keeps the record of policy and data transactions
-// (opal-protocol §5.3) and derives readiness and health from it. With the
+// Package status is the agent's one record of its sources, in the spirit of
+// OPA's bundle plugin Status: the policy (its transactions and how stale it
+// is, staleness.go), the data updater's transactions, and the pub/sub
+// connection. Readiness (/ready, opal-protocol §5.3), health (/healthcheck,
+// lenient as the Python client's, and its strict view), the metrics'
+// staleness and strict-health gauges, the "policy stale" warning and the
+// offline-mode backup all read it; nothing else keeps that state. With the
 // health-check policy enabled it also maintains the system.opal policy the
 // Python client writes, queryable at /v1/data/system/opal/ready.
 package status
@@ -41,10 +46,21 @@ type Stats struct {
 	Failed     int `json:"failed"`
 }
 
-// Snapshot is the state the health policy renders.
+// PubSub is the record of the connection to the OPAL server.
+type PubSub struct {
+	Connected bool
+	Since     time.Time // the last change; zero before the first
+	Connects  int       // successful connects (subscribe answered)
+}
+
+// Snapshot is the whole record at one instant (the health policy renders
+// it; tests and embedding programs read it).
 type Snapshot struct {
 	Ready                  bool
-	Healthy                bool // last transactions succeeded; the store is not probed
+	Healthy                bool // strict: last transactions succeeded; the store is not probed
+	Restored               bool // a backup was loaded at startup
+	Policy                 State
+	PubSub                 PubSub
 	LastPolicy             *Transaction
 	LastFailedPolicy       *Transaction
 	LastData               *Transaction
@@ -74,6 +90,9 @@ type Options struct {
 	// HealthPolicy, when set (OPAL_OPA_HEALTH_CHECK_POLICY_ENABLED=true), is
 	// written after every transaction.
 	HealthPolicy HealthPolicyWriter
+	// MaxAge is OPAL_POLICY_MAX_AGE: a policy behind for longer is not
+	// ready and not strictly healthy; 0 = no limit.
+	MaxAge time.Duration
 	// WriteTimeout bounds one health-policy write; 0 = 5 s.
 	WriteTimeout time.Duration
 	// Logger; nil = slog.Default().
@@ -97,6 +116,10 @@ type Tracker struct {
 	failedPolicy, failedData *Transaction
 	okPolicy, okData         bool // a success ever
 	policyStats, dataStats   Stats
+	restored                 bool
+	pubsub                   PubSub
+
+	stale *Staleness // the policy's freshness (own lock)
 
 	writeMu sync.Mutex // health-policy writes land in order
 }
@@ -112,7 +135,40 @@ func New(opts Options) *Tracker {
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = 5 * time.Second
 	}
-	return &Tracker{opts: opts}
+	return &Tracker{opts: opts, stale: NewStaleness(opts.Clock)}
+}
+
+// Staleness is the policy's freshness record (the staleness gauge and the
+// stale warning read it).
+func (t *Tracker) Staleness() *Staleness { return t.stale }
+
+// FetchFailed marks the policy as failing: a fetch attempt was retried or a
+// whole fetch failed (the fetcher's hooks).
+func (t *Tracker) FetchFailed() { t.stale.Failing() }
+
+// Lost marks the policy as possibly behind from at: the connection to the
+// server was lost or disabled.
+func (t *Tracker) Lost(at time.Time) { t.stale.Lost(at) }
+
+// Restored records a policy loaded from an offline-mode backup taken at
+// takenAt: ready (the backup serves), stale from takenAt until the first
+// success.
+func (t *Tracker) Restored(takenAt time.Time) {
+	t.mu.Lock()
+	t.restored = true
+	t.mu.Unlock()
+	t.stale.Restored(takenAt)
+}
+
+// PubSubState records the connection's state.
+func (t *Tracker) PubSubState(connected bool) {
+	now := t.opts.Clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if connected {
+		t.pubsub.Connects++
+	}
+	t.pubsub.Connected, t.pubsub.Since = connected, now
 }
 
 // Record stores a transaction (the updater's OnTransaction hook) and, if
@@ -151,6 +207,13 @@ func (t *Tracker) Record(tx Transaction) {
 		}
 	}
 	t.mu.Unlock()
+	if tx.Type != TypeData {
+		if tx.Success { // guard: mutation "if !tx.Success {" keeps a current policy stale
+			t.stale.Success(tx.Ended)
+		} else {
+			t.stale.FailedWith(tx.Error)
+		}
+	}
 	if t.opts.HealthPolicy != nil {
 		ctx, cancel := t.opts.Clock.WithTimeout(context.Background(), t.opts.WriteTimeout)
 		defer cancel()
@@ -174,15 +237,80 @@ func (t *Tracker) readyLocked() bool {
 	return t.okPolicy && (!t.opts.DataUpdaterEnabled || t.okData)
 }
 
-// Healthy returns nil when the last policy transaction succeeded, the data
-// side is fine (updater disabled or its last transaction succeeded) and the
-// store answers its health probe.
-func (t *Tracker) Healthy(ctx context.Context) error {
-	// The store first: an unreachable store must not hide behind a failed
-	// update, which offline mode answers as healthy.
+// Loaded reports whether the store serves a policy: restored from a backup
+// or applied (with the data updater, data written too), however old.
+func (t *Tracker) Loaded() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.restored || t.readyLocked()
+}
+
+// Serving is /ready: a policy is loaded and, with MaxAge, it has not been
+// behind for longer than that.
+func (t *Tracker) Serving() bool {
+	if max := t.opts.MaxAge; max > 0 && t.stale.Stale() > max { // guard: mutation "max < 0" ignores the max age
+		return false
+	}
+	return t.Loaded()
+}
+
+// probe is the store's health probe; its failure is an outage in every
+// view (nothing can be decided).
+func (t *Tracker) probe(ctx context.Context) error {
 	if t.opts.Store != nil {
 		if err := t.opts.Store.Health(ctx); err != nil { // guard: mutation "err != nil && false" reports a dead store as healthy
 			return fmt.Errorf("%w: %w: %v", ErrUnhealthy, ErrStoreUnreachable, err)
+		}
+	}
+	return nil
+}
+
+// Healthy is the Python client's health (/healthcheck, /healthy, /): nil
+// when the store answers its probe and a policy transaction (and, with the
+// data updater, a data transaction) has ever succeeded. A later failure,
+// a lost server or a stale policy leaves it healthy: the store still
+// decides with the last policy, and a liveness probe must not restart a
+// sidecar for what a restart cannot fix.
+func (t *Tracker) Healthy(ctx context.Context) error {
+	if err := t.probe(ctx); err != nil {
+		return err
+	}
+	if !t.Ready() { // guard: mutation "if false {" reports an agent that never loaded a policy as healthy
+		return fmt.Errorf("%w: no successful %s transaction yet", ErrUnhealthy, t.missing())
+	}
+	return nil
+}
+
+// missing names the side that never succeeded.
+func (t *Tracker) missing() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.okPolicy {
+		return TypePolicy
+	}
+	return TypeData
+}
+
+// Strict is the strict health (/healthcheck?strict=true): nil when the store
+// answers its probe, the last policy transaction succeeded, the data side is
+// fine (updater disabled or its last transaction succeeded) and, with
+// MaxAge, the policy has not been behind for longer than that.
+func (t *Tracker) Strict(ctx context.Context) error {
+	// The store first: an unreachable store must not hide behind a failed
+	// update, which offline mode answers as healthy.
+	if err := t.probe(ctx); err != nil {
+		return err
+	}
+	return t.strictState()
+}
+
+// StrictOK is Strict without the store probe (the metrics' gauge).
+func (t *Tracker) StrictOK() bool { return t.strictState() == nil }
+
+func (t *Tracker) strictState() error {
+	if max := t.opts.MaxAge; max > 0 {
+		if d := t.stale.Stale(); d > max { // guard: mutation "d > max+time.Hour" hides an over-age policy from the strict view
+			return fmt.Errorf("%w: policy behind for %s, over OPAL_POLICY_MAX_AGE %s", ErrUnhealthy, d.Round(time.Second), max)
 		}
 	}
 	s := t.Snapshot()
@@ -205,6 +333,7 @@ func (t *Tracker) Healthy(ctx context.Context) error {
 
 // Snapshot returns the current state.
 func (t *Tracker) Snapshot() Snapshot {
+	policy := t.stale.State() // its own lock, never under t.mu
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	policyOK := t.lastPolicy != nil && t.lastPolicy.Success
@@ -212,6 +341,9 @@ func (t *Tracker) Snapshot() Snapshot {
 	return Snapshot{
 		Ready:            t.readyLocked(),
 		Healthy:          policyOK && dataOK,
+		Restored:         t.restored,
+		Policy:           policy,
+		PubSub:           t.pubsub,
 		LastPolicy:       clone(t.lastPolicy),
 		LastFailedPolicy: clone(t.failedPolicy),
 		LastData:         clone(t.lastData),

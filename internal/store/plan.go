@@ -73,9 +73,10 @@ func CheckBase(current string, b *fetcher.PolicyBundle) error {
 
 // Ignore decides which policy ids bundles never touch: ids matching
 // OPAL_POLICY_STORE_POLICY_PATHS_TO_IGNORE, and the health-check policy.
-// Patterns are path globs ('*' within a segment); "dir/**" matches the subtree
-// under dir; a pattern starting with '!' is an exception that un-ignores what
-// it matches, whatever the order.
+// Patterns match as in the Python client (ignore.go): "dir/**" is a prefix,
+// anything else pathlib's PurePath.match, anchored from the right; a
+// pattern starting with '!' is an exception that un-ignores what it
+// matches, whatever the order.
 type Ignore struct {
 	include, exclude []string
 }
@@ -89,9 +90,9 @@ func NewIgnore(patterns []string) *Ignore {
 			continue
 		}
 		if strings.HasPrefix(p, "!") {
-			ig.exclude = append(ig.exclude, strings.TrimPrefix(strings.TrimPrefix(p, "!"), "/"))
+			ig.exclude = append(ig.exclude, strings.TrimPrefix(p, "!"))
 		} else {
-			ig.include = append(ig.include, strings.TrimPrefix(p, "/"))
+			ig.include = append(ig.include, p)
 		}
 	}
 	return ig
@@ -105,7 +106,6 @@ func (ig *Ignore) Match(id string) bool {
 	if ig == nil {
 		return false
 	}
-	id = strings.TrimPrefix(id, "/")
 	for _, p := range ig.exclude {
 		if globMatch(p, id) {
 			return false
@@ -119,23 +119,8 @@ func (ig *Ignore) Match(id string) bool {
 	return false
 }
 
-func globMatch(pattern, id string) bool {
-	if dir, ok := strings.CutSuffix(pattern, "/**"); ok {
-		if ok, _ := path.Match(dir, id); ok {
-			return true
-		}
-		// The subtree: any id below a directory matching dir.
-		segs := strings.Split(id, "/")
-		n := len(strings.Split(dir, "/"))
-		if len(segs) > n {
-			ok, _ := path.Match(dir, strings.Join(segs[:n], "/"))
-			return ok
-		}
-		return false
-	}
-	ok, _ := path.Match(pattern, id)
-	return ok
-}
+// globMatch is the Python client's match of one pattern (ignore.go).
+func globMatch(pattern, id string) bool { return pyIgnoreMatch(pattern, id) }
 
 // IsSystemModule reports whether raw Rego declares a package under system
 // (data.system or below); such modules are never deleted by bundles.
