@@ -233,6 +233,10 @@ func (s *Store) Shutdown(ctx context.Context) error {
 	}
 	s.shutdown = true
 	s.mu.Unlock()
+	// The plugins first, with a live context: the runtime stops them with
+	// the serve context, which is cancelled by then, and the decision
+	// logger would drop what it has not uploaded yet.
+	s.mgr.Stop(ctx)
 	s.cancel()
 	select {
 	case err := <-s.served:
