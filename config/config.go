@@ -16,7 +16,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/url"
 	"os"
 	"reflect"
@@ -86,7 +85,12 @@ type Config struct {
 	PolicyStorePolicyPathsToIgnore []string         // OPAL_POLICY_STORE_POLICY_PATHS_TO_IGNORE
 
 	InlineOPAEnabled            bool            // OPAL_INLINE_OPA_ENABLED
-	InlineOPAConfig             InlineOPAConfig // OPAL_INLINE_OPA_CONFIG
+	InlineOPAConfig             InlineOPAConfig // OPAL_INLINE_OPA_CONFIG (inlineopa.go)
+	InlineOPALogFormat          string          // OPAL_INLINE_OPA_LOG_FORMAT: none, minimal, http, full
+	OPAV0Compat                 bool            // OPAL_OPA_V0_COMPAT: OPA as --v0-compatible (default true)
+	PolicyStoreTLSClientCert    string          // OPAL_POLICY_STORE_TLS_CLIENT_CERT: file
+	PolicyStoreTLSClientKey     string          // OPAL_POLICY_STORE_TLS_CLIENT_KEY: file
+	PolicyStoreTLSCA            string          // OPAL_POLICY_STORE_TLS_CA: file
 	OPAHealthCheckPolicyEnabled bool            // OPAL_OPA_HEALTH_CHECK_POLICY_ENABLED
 
 	// Offline mode (docs/offline.md); embedded OPA only.
@@ -115,12 +119,6 @@ type Config struct {
 	LogLevel            string // OPAL_LOG_LEVEL, upper case
 	LogSerialize        bool   // OPAL_LOG_SERIALIZE: JSON logs
 	LogFormatIncludePID bool   // OPAL_LOG_FORMAT_INCLUDE_PID
-}
-
-// InlineOPAConfig is OPAL_INLINE_OPA_CONFIG: how the embedded OPA serves its
-// REST API. Keys other than addr are ignored.
-type InlineOPAConfig struct {
-	Addr string `json:"addr"` // host:port; default 127.0.0.1:8181
 }
 
 // env lists every variable read. Load hands it to envconfig; LoadFrom fills it
@@ -164,6 +162,11 @@ type env struct {
 
 	InlineOPAEnabled            *string `envconfig:"OPAL_INLINE_OPA_ENABLED"`
 	InlineOPAConfig             *string `envconfig:"OPAL_INLINE_OPA_CONFIG"`
+	InlineOPALogFormat          *string `envconfig:"OPAL_INLINE_OPA_LOG_FORMAT"`
+	OPAV0Compat                 *string `envconfig:"OPAL_OPA_V0_COMPAT"`
+	PolicyStoreTLSClientCert    *string `envconfig:"OPAL_POLICY_STORE_TLS_CLIENT_CERT"`
+	PolicyStoreTLSClientKey     *string `envconfig:"OPAL_POLICY_STORE_TLS_CLIENT_KEY"`
+	PolicyStoreTLSCA            *string `envconfig:"OPAL_POLICY_STORE_TLS_CA"`
 	OPAHealthCheckPolicyEnabled *string `envconfig:"OPAL_OPA_HEALTH_CHECK_POLICY_ENABLED"`
 
 	OfflineModeEnabled                    *string `envconfig:"OPAL_OFFLINE_MODE_ENABLED"`
@@ -429,6 +432,17 @@ func parse(e *env) (*Config, error) {
 
 	c.InlineOPAEnabled = p.boolean("INLINE_OPA_ENABLED", e.InlineOPAEnabled, true)
 	c.InlineOPAConfig = p.inlineOPA("INLINE_OPA_CONFIG", e.InlineOPAConfig)
+	c.InlineOPALogFormat = strings.ToLower(get(e.InlineOPALogFormat, "none"))
+	if !contains(InlineOPALogFormats, c.InlineOPALogFormat) {
+		p.fail("INLINE_OPA_LOG_FORMAT", c.InlineOPALogFormat, strings.Join(InlineOPALogFormats, ", "), "")
+	}
+	c.OPAV0Compat = p.boolean("OPA_V0_COMPAT", e.OPAV0Compat, true)
+	c.PolicyStoreTLSClientCert = get(e.PolicyStoreTLSClientCert, "")
+	c.PolicyStoreTLSClientKey = get(e.PolicyStoreTLSClientKey, "")
+	c.PolicyStoreTLSCA = get(e.PolicyStoreTLSCA, "")
+	if name, err := checkTLSFiles(c.PolicyStoreTLSClientCert, c.PolicyStoreTLSClientKey, c.PolicyStoreTLSCA); err != nil {
+		p.fail(name, "", "a readable file; the client certificate and key together", err.Error())
+	}
 	c.OPAHealthCheckPolicyEnabled = p.boolean("OPA_HEALTH_CHECK_POLICY_ENABLED", e.OPAHealthCheckPolicyEnabled, false)
 
 	c.OfflineModeEnabled = p.boolean("OFFLINE_MODE_ENABLED", e.OfflineModeEnabled, false)
@@ -506,25 +520,12 @@ func (p *parser) callbacks(name string, v *string, def []string) []string {
 }
 
 func (p *parser) inlineOPA(name string, v *string) InlineOPAConfig {
-	c := InlineOPAConfig{Addr: DefaultInlineOPAAddr}
 	s := get(v, "")
-	if s == "" {
-		return c
-	}
-	const accepted = `a JSON object like {"addr":"127.0.0.1:8181"}`
-	var raw struct {
-		Addr *string `json:"addr"`
-	}
-	if err := json.Unmarshal([]byte(s), &raw); err != nil {
-		p.fail(name, s, accepted, err.Error())
-		return c
-	}
-	if raw.Addr != nil {
-		if _, _, err := net.SplitHostPort(*raw.Addr); err != nil {
-			p.fail(name, s, accepted, "addr is not host:port")
-			return c
-		}
-		c.Addr = *raw.Addr
+	c, err := ParseInlineOPAConfig(s)
+	if err != nil && p.err == nil {
+		e := newError(name, s, acceptInlineOPA, err.Error(), false)
+		e.Err = err
+		p.err = e
 	}
 	return c
 }
@@ -659,7 +660,12 @@ func (c *Config) Masked() map[string]any {
 		"OPAL_POLICY_STORE_CONN_RETRY":                   c.PolicyStoreConnRetry.String(),
 		"OPAL_POLICY_STORE_POLICY_PATHS_TO_IGNORE":       strings.Join(c.PolicyStorePolicyPathsToIgnore, ","),
 		"OPAL_INLINE_OPA_ENABLED":                        c.InlineOPAEnabled,
-		"OPAL_INLINE_OPA_CONFIG":                         fmt.Sprintf(`{"addr":%q}`, c.InlineOPAConfig.Addr),
+		"OPAL_INLINE_OPA_CONFIG":                         c.InlineOPAConfig.String(),
+		"OPAL_INLINE_OPA_LOG_FORMAT":                     c.InlineOPALogFormat,
+		"OPAL_OPA_V0_COMPAT":                             c.OPAV0Compat,
+		"OPAL_POLICY_STORE_TLS_CLIENT_CERT":              c.PolicyStoreTLSClientCert,
+		"OPAL_POLICY_STORE_TLS_CLIENT_KEY":               c.PolicyStoreTLSClientKey,
+		"OPAL_POLICY_STORE_TLS_CA":                       c.PolicyStoreTLSCA,
 		"OPAL_OPA_HEALTH_CHECK_POLICY_ENABLED":           c.OPAHealthCheckPolicyEnabled,
 		"OPAL_OFFLINE_MODE_ENABLED":                      c.OfflineModeEnabled,
 		"OPAL_STORE_BACKUP_PATH":                         c.StoreBackupPath,

@@ -14,7 +14,11 @@ type Error struct {
 	Value    string // the offending value, already masked/shortened
 	Accepted string // what the variable accepts
 	Reason   string // optional detail, e.g. "not supported" or a JSON error
+	Err      error  // the typed cause, if any (e.g. *InlineOPAError)
 }
+
+// Unwrap returns the typed cause, for errors.As.
+func (e *Error) Unwrap() error { return e.Err }
 
 func (e *Error) Error() string {
 	s := fmt.Sprintf("invalid %s=%q: accepted: %s", e.Var, e.Value, e.Accepted)

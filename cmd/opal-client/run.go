@@ -32,6 +32,10 @@ func runRun(ctx context.Context, e cmdEnv) int {
 		NewDataUpdater: agent.NewDataUpdater,
 	})
 	if err != nil {
+		if ctx.Err() != nil { // SIGTERM/SIGINT while starting: a clean stop
+			log.Info("stopped while starting", "error", err)
+			return exitOK
+		}
 		log.Error("cannot start", "error", err)
 		return exitUsage
 	}

@@ -162,9 +162,10 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 	}
 	cfg := o.Config
 	a = &Agent{o: o, cfg: cfg, log: o.Logger, clk: o.Clock, policyTopics: map[string]bool{}}
+	built := a // a is nil once an error is returned
 	defer func() {
 		if err != nil {
-			a.release()
+			built.release()
 		}
 	}()
 
@@ -280,7 +281,9 @@ func (a *Agent) openStore(ctx context.Context) error {
 	cfg := a.cfg
 	if cfg.InlineOPAEnabled {
 		s, err := embedded.New(ctx, embedded.Options{
-			Addr:                cfg.InlineOPAConfig.Addr,
+			OPA:                 cfg.InlineOPAConfig,
+			V0Compatible:        cfg.OPAV0Compat,
+			LogFormat:           cfg.InlineOPALogFormat,
 			PolicyPathsToIgnore: cfg.PolicyStorePolicyPathsToIgnore,
 			Logger:              a.log,
 		})
@@ -307,6 +310,10 @@ func (a *Agent) openStore(ctx context.Context) error {
 		Clock:               a.o.Clock,
 		PolicyPathsToIgnore: cfg.PolicyStorePolicyPathsToIgnore,
 		Logger:              a.log,
+		V0Compatible:        cfg.OPAV0Compat,
+		TLSClientCert:       cfg.PolicyStoreTLSClientCert,
+		TLSClientKey:        cfg.PolicyStoreTLSClientKey,
+		TLSCA:               cfg.PolicyStoreTLSCA,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: OPA at %s: %w", cfg.PolicyStoreURL, err)

@@ -60,13 +60,16 @@ func (s *Store) WriteData(ctx context.Context, w dataupdater.Write) error {
 	return nil
 }
 
-// protectedPaths are the data paths bundles own, and data.system.opal.
+// protectedPaths are the data paths bundles own, the configured files'
+// data, and data.system.opal.
 func (s *Store) protectedPaths() []string {
-	out := make([]string, 0, len(s.owned)+1)
+	out := make([]string, 0, len(s.owned)+len(s.fileData)+1)
 	for k := range s.owned {
 		out = append(out, k)
 	}
 	sort.Strings(out)
+	// The data the configured files loaded stays as the files say.
+	out = append(out, s.fileData...)
 	return append(out, "system/opal")
 }
 

@@ -17,18 +17,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
-	"github.com/open-policy-agent/opa/v1/server"
+	"github.com/open-policy-agent/opa/v1/runtime"
 	"github.com/open-policy-agent/opa/v1/storage"
-	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
+	"github.com/opal-go/opal-client/config"
 	"github.com/opal-go/opal-client/fetcher"
+	"github.com/opal-go/opal-client/internal/dataupdater"
 	"github.com/opal-go/opal-client/internal/store"
 	"github.com/opal-go/opal-client/updater"
 )
@@ -38,18 +38,31 @@ import (
 // PDP should not be reachable from the network unless asked for.
 const DefaultAddr = "127.0.0.1:8181"
 
+// PluginName is the agent's plugin status on OPA's manager: NOT_READY until
+// a policy is loaded (or restored from a backup), OK after, so OPA's own
+// readiness probe (GET /health?plugins) tells the truth.
+const PluginName = "opal"
+
 // HashPath is the OPA data path of the current policy hash
 // (data.system.opal.policy_hash), written in the same transaction as the bundle.
 var HashPath = storage.Path{"system", "opal", "policy_hash"}
 
 // Options configure the embedded store.
 type Options struct {
-	// Addr is the REST API's listen address (host:port); "" = DefaultAddr.
+	// Addr is the REST API's listen address; "" = OPA.Addr, or DefaultAddr.
 	// Use "127.0.0.1:0" for an ephemeral port (see Store.Addr).
 	Addr string
+	// OPA is OPAL_INLINE_OPA_CONFIG: authentication, authorization, TLS,
+	// the OPA configuration file, the files loaded at start, the log level.
+	OPA config.InlineOPAConfig
+	// V0Compatible runs OPA as `opa run --v0-compatible` (OPAL_OPA_V0_COMPAT
+	// or OPA.V0Compatible).
+	V0Compatible bool
+	// LogFormat is OPAL_INLINE_OPA_LOG_FORMAT (LogFormatNone, ...); "" = none.
+	LogFormat string
 	// PolicyPathsToIgnore are OPAL_POLICY_STORE_POLICY_PATHS_TO_IGNORE.
 	PolicyPathsToIgnore []string
-	// Logger receives the store's logs; nil = slog.Default().
+	// Logger receives the store's logs and OPA's; nil = slog.Default().
 	Logger *slog.Logger
 }
 
@@ -57,77 +70,161 @@ type Options struct {
 // are serialised.
 type Store struct {
 	log    *slog.Logger
+	rt     *runtime.Runtime
 	opa    storage.Store
 	mgr    *plugins.Manager
-	srv    *server.Server
-	http   *http.Server
-	ln     net.Listener
-	served chan error
+	addr   string
+	cancel context.CancelFunc
+	served chan error // Serve's result, once
+
+	fileData []string // data paths the configured files loaded: never changed
+	print    bool     // print() statements compiled in, as OPA does
 
 	mu       sync.Mutex // serialises writes and guards the fields below
 	ignore   *store.Ignore
 	parser   store.Parser
 	hash     string
 	owned    store.Ownership
+	loaded   bool // a policy was applied or imported (the plugin status is OK)
 	shutdown bool
 }
 
 var _ updater.Store = (*Store)(nil)
 
-// New starts OPA and its REST API. The listener is bound when New returns.
+// New starts OPA as `opa run --server` would with the same options (OPA's
+// own runtime: its configuration file, plugins, decision logger, server
+// authentication, authorization, TLS and /metrics), with the agent's plugin
+// status registered, and returns once the REST API listens. A configuration
+// OPA cannot run is an *OPAConfigError naming the key.
 func New(ctx context.Context, opts Options) (*Store, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	addr := opts.Addr
-	if addr == "" {
-		addr = DefaultAddr
-	}
-	opa := inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false))
-	mgr, err := plugins.New(nil, "opal-client", opa,
-		plugins.Logger(logging.NewNoOpLogger()), plugins.ConsoleLogger(logging.NewNoOpLogger()))
+	params, err := runtimeParams(opts, log)
 	if err != nil {
-		return nil, fmt.Errorf("embedded opa: %w", err)
+		return nil, err
 	}
-	if err := mgr.Init(ctx); err != nil {
-		return nil, fmt.Errorf("embedded opa: %w", err)
-	}
-	srv, err := server.New().WithStore(opa).WithManager(mgr).WithAddresses([]string{"http://" + addr}).Init(ctx)
+	rt, err := runtime.NewRuntime(ctx, params)
 	if err != nil {
-		return nil, fmt.Errorf("embedded opa server: %w", err)
+		return nil, newtimeError(opts, err)
 	}
-	if err := mgr.Start(ctx); err != nil {
-		return nil, fmt.Errorf("embedded opa: %w", err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		mgr.Stop(ctx)
-		return nil, fmt.Errorf("embedded opa listen: %w", err)
-	}
+	ig := opts.PolicyPathsToIgnore
 	s := &Store{
 		log:    log,
-		opa:    opa,
-		mgr:    mgr,
-		srv:    srv,
-		ln:     ln,
-		http:   &http.Server{Handler: srv.Handler, ReadHeaderTimeout: 32e9},
+		rt:     rt,
+		opa:    rt.Store,
+		mgr:    rt.Manager,
 		served: make(chan error, 1),
-		ignore: store.NewIgnore(opts.PolicyPathsToIgnore),
 		owned:  store.Ownership{},
+		print:  rt.Manager.EnablePrintStatements(),
 	}
-	s.parser.Options = mgr.ParserOptions()
-	mgr.ServerInitialized()
-	go func() { s.served <- s.http.Serve(ln) }()
-	log.Info("embedded OPA serving", "addr", ln.Addr().String())
+	// The files are loaded by now (the manager's Init): bundles leave them alone.
+	files, data, err := s.startState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.ignore = store.NewIgnore(append(append([]string(nil), ig...), files...))
+	s.fileData = data
+	s.parser.Options = rt.Manager.ParserOptions()
+	rt.Manager.Register(PluginName, &statusPlugin{s: s})
+
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	go func() { s.served <- rt.Serve(sctx) }()
+	if err := s.waitServing(ctx); err != nil {
+		cancel()
+		<-s.served
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // asked to stop while starting
+		}
+		return nil, &OPAConfigError{Key: "addr", Err: err}
+	}
+	log.Info("embedded OPA serving", "addr", s.addr, "v0_compatible", opts.V0Compatible)
 	return s, nil
 }
 
-// Addr returns the REST API's bound address (host:port).
-func (s *Store) Addr() string { return s.ln.Addr().String() }
+// waitServing waits until OPA's listener is bound (the runtime binds in
+// its serve loop), or Serve fails.
+func (s *Store) waitServing(ctx context.Context) error {
+	deadline := time.NewTimer(startTimeout)
+	defer deadline.Stop()
+	select {
+	case <-s.rt.Manager.ServerInitializedChannel():
+	case err := <-s.served:
+		s.served <- err
+		return fmt.Errorf("embedded opa did not start: %w", orStopped(err))
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-deadline.C:
+		return errors.New("embedded opa did not start in time")
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		if a := s.rt.Addrs(); len(a) > 0 {
+			s.addr = a[0]
+			return nil
+		}
+		select {
+		case err := <-s.served:
+			s.served <- err
+			return fmt.Errorf("embedded opa did not start: %w", orStopped(err))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return errors.New("embedded opa did not bind its address in time")
+		case <-tick.C:
+		}
+	}
+}
 
-// Shutdown stops the REST API (waiting for requests in flight, within ctx)
-// and OPA. The store is unusable afterwards.
+// startTimeout bounds OPA's start (plugins, then the listener).
+const startTimeout = 30 * time.Second
+
+func orStopped(err error) error {
+	if err == nil {
+		return errors.New("stopped")
+	}
+	return err
+}
+
+// statusPlugin publishes the agent's policy state as a plugin status.
+type statusPlugin struct{ s *Store }
+
+func (p *statusPlugin) Start(context.Context) error {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	p.s.publishStatus()
+	return nil
+}
+
+func (p *statusPlugin) Stop(context.Context)             {}
+func (p *statusPlugin) Reconfigure(context.Context, any) {}
+
+// publishStatus sets the plugin status from s.loaded; s.mu is held.
+func (s *Store) publishStatus() {
+	st := &plugins.Status{State: plugins.StateNotReady, Message: "no policy loaded yet"}
+	if s.loaded {
+		st = &plugins.Status{State: plugins.StateOK}
+	}
+	s.mgr.UpdatePluginStatus(PluginName, st)
+}
+
+// markLoaded records that a policy is in; s.mu is held.
+func (s *Store) markLoaded() {
+	if !s.loaded {
+		s.loaded = true
+		s.publishStatus()
+	}
+}
+
+// Addr returns the REST API's bound address (host:port).
+func (s *Store) Addr() string { return s.addr }
+
+// Shutdown stops the REST API (waiting for requests in flight, within OPA's
+// grace period) and OPA's plugins (flushing decision logs). The store is
+// unusable afterwards.
 func (s *Store) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if s.shutdown {
@@ -136,13 +233,18 @@ func (s *Store) Shutdown(ctx context.Context) error {
 	}
 	s.shutdown = true
 	s.mu.Unlock()
-	err := s.http.Shutdown(ctx)
-	if serr := <-s.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	err = errors.Join(err, s.srv.Shutdown(ctx))
+	// The plugins first, with a live context: the runtime stops them with
+	// the serve context, which is cancelled by then, and the decision
+	// logger would drop what it has not uploaded yet.
 	s.mgr.Stop(ctx)
-	return err
+	s.cancel()
+	select {
+	case err := <-s.served:
+		s.served <- err
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // PolicyHash returns the hash of the bundle last applied ("" if none).
@@ -163,7 +265,7 @@ func (s *Store) Health(ctx context.Context) error {
 	select {
 	case err := <-s.served:
 		s.served <- err
-		return fmt.Errorf("embedded opa: not serving: %w", err)
+		return fmt.Errorf("embedded opa: not serving: %w", orStopped(err))
 	default:
 	}
 	txn, err := s.opa.NewTransaction(ctx)
@@ -194,6 +296,9 @@ func (s *Store) ApplyPolicy(ctx context.Context, b *fetcher.PolicyBundle) error 
 	err := s.txn(ctx, func(txn storage.Transaction, current map[string]*ast.Module) (map[string]*ast.Module, error) {
 		var err error
 		if plan, err = store.NewPlan(b, current, s.owned, s.ignore); err != nil {
+			return nil, err
+		}
+		if err := s.checkFileData(plan); err != nil {
 			return nil, err
 		}
 		// Before any write: the kept values are read as they are now.
@@ -240,6 +345,7 @@ func (s *Store) ApplyPolicy(ctx context.Context, b *fetcher.PolicyBundle) error 
 	}
 	s.hash = b.Hash
 	s.owned = plan.Owned
+	s.markLoaded()
 	s.log.Debug("policy bundle applied", "hash", b.Hash, "delta", b.IsDelta(),
 		"upserts", len(plan.Upserts), "deletes", len(plan.Deletes), "data_writes", len(plan.DataWrites))
 	return nil
@@ -288,7 +394,8 @@ func (s *Store) txn(ctx context.Context, f func(storage.Transaction, map[string]
 	if err != nil {
 		return err
 	}
-	c, err := store.Compile(result, storage.NonEmpty(ctx, s.opa, txn))
+	c, err := store.CompileWith(result, storage.NonEmpty(ctx, s.opa, txn), store.CompileOptions{
+		RegoVersion: s.parser.Options.RegoVersion, EnablePrintStatements: s.print})
 	if err != nil {
 		return err
 	}
@@ -298,6 +405,23 @@ func (s *Store) txn(ctx context.Context, f func(storage.Transaction, map[string]
 		return fmt.Errorf("embedded opa commit: %w", err)
 	}
 	s.parser.Forget(func(id string) bool { _, ok := result[id]; return ok })
+	return nil
+}
+
+// checkFileData refuses a plan that writes or deletes data the configured
+// files loaded (mutation: "bundle may not change file data").
+func (s *Store) checkFileData(p *store.Plan) error {
+	for _, w := range p.DataWrites {
+		if k, ok := dataupdater.Protected(s.fileData, w.Path); ok {
+			dir := p.Owned[strings.Join(w.Path, "/")]
+			return &store.DataError{Dir: dir, Err: fileDataError(dir, k)}
+		}
+	}
+	for _, d := range p.DataDeletes {
+		if k, ok := dataupdater.Protected(s.fileData, d); ok {
+			return &store.DataError{Dir: ".", Err: fileDataError(".", k)}
+		}
+	}
 	return nil
 }
 

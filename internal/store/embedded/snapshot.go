@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/storage"
@@ -139,6 +140,15 @@ func removePath(doc map[string]any, p storage.Path) {
 	}
 }
 
+// fileDataPaths are the data paths the configured files loaded.
+func (s *Store) fileDataPaths() []storage.Path {
+	out := make([]storage.Path, len(s.fileData))
+	for i, k := range s.fileData {
+		out[i] = storage.Path(strings.Split(k, "/"))
+	}
+	return out
+}
+
 // Import replaces the store's state with st in one write transaction,
 // compiled first like any bundle: the managed modules become exactly
 // st.Policies (ignored ids and the health policy are neither written nor
@@ -198,7 +208,8 @@ func (s *Store) Import(ctx context.Context, st *backup.State) error {
 		}
 		// The store's own documents survive the replacement of the root.
 		var own []store.DataWrite
-		for _, p := range notExported[1:] {
+		keep := append(append([]storage.Path(nil), notExported[1:]...), s.fileDataPaths()...)
+		for _, p := range keep {
 			if v, err := s.opa.Read(ctx, txn, p); err == nil {
 				own = append(own, store.DataWrite{Path: p, Value: v})
 			}
@@ -221,6 +232,7 @@ func (s *Store) Import(ctx context.Context, st *backup.State) error {
 	}
 	s.hash = st.Hash
 	s.owned = store.Ownership(st.Owned).Clone()
+	s.markLoaded()
 	s.log.Debug("store state imported", "hash", st.Hash, "policies", len(ids))
 	return nil
 }

@@ -12,6 +12,8 @@ package oparest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -53,7 +56,25 @@ type Options struct {
 	PolicyPathsToIgnore []string
 	// Logger receives the store's logs; nil = slog.Default().
 	Logger *slog.Logger
+	// V0Compatible pre-compiles as the remote runs under --v0-compatible
+	// (OPAL_OPA_V0_COMPAT): modules without a Rego version are v0.
+	V0Compatible bool
+	// TLSClientCert and TLSClientKey (PEM files) authenticate the agent to
+	// OPA (mTLS); TLSCA (PEM file) is the CA that signs OPA's certificate.
+	// OPAL_POLICY_STORE_TLS_CLIENT_CERT, _KEY and _CA. They configure the
+	// default client only: with HTTPClient set they are refused.
+	TLSClientCert, TLSClientKey, TLSCA string
 }
+
+// TLSError is a client TLS file that cannot be used.
+type TLSError struct {
+	File string
+	Err  error
+}
+
+func (e *TLSError) Error() string { return fmt.Sprintf("oparest: TLS file %s: %v", e.File, e.Err) }
+
+func (e *TLSError) Unwrap() error { return e.Err }
 
 // RemoteError is an answer of the remote OPA outside the accepted statuses,
 // or a transport error (Status 0).
@@ -124,7 +145,18 @@ func New(opts Options) (*Store, error) {
 		owned:    store.Ownership{},
 	}
 	if s.client == nil {
-		s.client = &http.Client{Timeout: 10 * time.Second}
+		tc, err := tlsConfig(opts)
+		if err != nil {
+			return nil, err
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tc
+		s.client = &http.Client{Timeout: 10 * time.Second, Transport: tr}
+	} else if opts.TLSClientCert != "" || opts.TLSCA != "" {
+		return nil, errors.New("oparest: TLS files and a custom HTTPClient are exclusive")
+	}
+	if opts.V0Compatible {
+		s.parser.Options.RegoVersion = ast.RegoV0
 	}
 	if s.attempts < 1 {
 		s.attempts = 2
@@ -139,6 +171,34 @@ func New(opts Options) (*Store, error) {
 		s.log = slog.Default()
 	}
 	return s, nil
+}
+
+// tlsConfig is the client TLS of the policy store options; nil when none
+// is set.
+func tlsConfig(o Options) (*tls.Config, error) {
+	if o.TLSClientCert == "" && o.TLSClientKey == "" && o.TLSCA == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.TLSClientCert != "" || o.TLSClientKey != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLSClientCert, o.TLSClientKey)
+		if err != nil {
+			return nil, &TLSError{File: o.TLSClientCert, Err: err}
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	if o.TLSCA != "" {
+		pem, err := os.ReadFile(o.TLSCA)
+		if err != nil {
+			return nil, &TLSError{File: o.TLSCA, Err: err}
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, &TLSError{File: o.TLSCA, Err: errors.New("no PEM certificate")}
+		}
+		tc.RootCAs = pool
+	}
+	return tc, nil
 }
 
 // PolicyHash returns the hash of the bundle last applied completely ("" if
@@ -190,7 +250,7 @@ func (s *Store) ApplyPolicy(ctx context.Context, b *fetcher.PolicyBundle) error 
 	if err != nil {
 		return err
 	}
-	if _, err := store.Compile(result, nil); err != nil {
+	if _, err := store.CompileWith(result, nil, store.CompileOptions{RegoVersion: s.parser.Options.RegoVersion}); err != nil {
 		return err
 	}
 	// Before any write: the kept values are fetched as they are now.
