@@ -19,6 +19,7 @@ import (
 type cmdEnv struct {
 	args      []string
 	lookup    func(string) (string, bool) // the environment
+	environ   func() []string             // the environment as NAME=value lines; nil: none (warnings only)
 	stdout    io.Writer
 	stderr    io.Writer
 	clock     clock.Clock
@@ -36,7 +37,7 @@ var commands = map[string]func(context.Context, cmdEnv) int{
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := dispatch(ctx, cmdEnv{args: os.Args[1:], lookup: os.LookupEnv, stdout: os.Stdout, stderr: os.Stderr, clock: clock.New()})
+	code := dispatch(ctx, cmdEnv{args: os.Args[1:], lookup: os.LookupEnv, environ: os.Environ, stdout: os.Stdout, stderr: os.Stderr, clock: clock.New()})
 	stop()
 	os.Exit(code)
 }
