@@ -7,22 +7,22 @@ import (
 	"log"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/opal-go/opal-client/config"
 	"github.com/opal-go/opal-client/internal/testutil"
 )
 
-// newTLSTestServer is newTestServer over TLS, its certificate signed by ca.
-func newTLSTestServer(t *testing.T, files map[string]string, ca *testutil.CA) *testServer {
-	s := newTestServer(t, files)
+// serveTLS moves s to a TLS listener whose certificate ca signed; the
+// plain listener is closed.
+func serveTLS(t *testing.T, s *testServer, ca *testutil.CA) {
 	plain := s.srv
 	t.Cleanup(plain.Close)
 	s.srv = httptest.NewUnstartedServer(plain.Config.Handler)
 	s.srv.TLS = ca.ServerTLS(t)
-	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are not news
 	s.srv.StartTLS()
-	return s
 }
 
 // With the Python client's TLS variables the agent trusts a private CA for
@@ -31,7 +31,8 @@ func newTLSTestServer(t *testing.T, files map[string]string, ca *testutil.CA) *t
 // dialer's TLSClientConfig.
 func TestE2E_ServerTLSTrustedCA(t *testing.T) {
 	ca := testutil.NewCA(t)
-	srv := newTLSTestServer(t, exampleFiles(t), ca)
+	srv := newTestServer(t, exampleFiles(t))
+	serveTLS(t, srv, ca)
 	h := start(t, srv, map[string]string{
 		"OPAL_CLIENT_SELF_SIGNED_CERTIFICATES_ALLOWED": "true",
 		"OPAL_CLIENT_SSL_CONTEXT_TRUSTED_CA_FILE":      ca.CertFile,
@@ -69,5 +70,21 @@ func TestServerTLSUnreadableCAStopsStart(t *testing.T) {
 			a.release()
 		}
 		t.Fatalf("New: err = %v, want a *config.Error for OPAL_CLIENT_SSL_CONTEXT_TRUSTED_CA_FILE", err)
+	}
+}
+
+// The data updater's requests go through the same TLS settings: the data
+// sources config and a data source, both over HTTPS with the private CA.
+func TestE2E_ServerTLSDataFetch(t *testing.T) {
+	ca := testutil.NewCA(t)
+	srv := newDataServer(t, `{"dave":{"roles":["viewer"]}}`)
+	serveTLS(t, srv.testServer, ca)
+	h := startData(t, srv, map[string]string{
+		"OPAL_CLIENT_SELF_SIGNED_CERTIFICATES_ALLOWED": "true",
+		"OPAL_CLIENT_SSL_CONTEXT_TRUSTED_CA_FILE":      ca.CertFile,
+	})
+	h.loaded()
+	if got := h.accounts(); !strings.Contains(got, `"dave"`) {
+		t.Fatalf("data.accounts = %s, want the source's accounts", got)
 	}
 }
