@@ -26,7 +26,9 @@ import (
 	"time"
 )
 
-// Prefix is the prefix of every variable.
+// Prefix is the prefix of the variables (UVICORN_PORT, which the Python
+// image reads, is the one exception); only prefixed names are checked for
+// typos.
 const Prefix = "OPAL_"
 
 // Defaults that differ from a plain zero value.

@@ -33,7 +33,7 @@ func DocTable() string {
 				continue
 			}
 			name := "`" + s.name + "`"
-			if s.origin == Ours {
+			if s.origin == ours {
 				name += " **(ours)**"
 			}
 			b.WriteString("| " + name + " | " + cell(s.def) + " | " + cell(s.doc) + " |\n")

@@ -8,17 +8,17 @@ import (
 	"time"
 )
 
-// Origin says where a variable comes from, for the docs and the warnings.
-type Origin int
+// origin says where a variable comes from, for the docs and the warnings.
+type origin int
 
 const (
-	// Python is a Python client variable, read with the same meaning.
-	Python Origin = iota
-	// Ours is this agent's own variable (marked "(ours)" in the docs).
-	Ours
-	// PythonNotRead is a Python client variable this agent does not read;
+	// python is a Python client variable, read with the same meaning.
+	python origin = iota
+	// ours is this agent's own variable (marked "(ours)" in the docs).
+	ours
+	// pythonNotRead is a Python client variable this agent does not read;
 	// its doc line says what happens instead, and setting it is warned about.
-	PythonNotRead
+	pythonNotRead
 )
 
 // setting is one row of the settings table: everything about one variable.
@@ -27,7 +27,7 @@ type setting struct {
 	section string // the docs section (one of sections)
 	def     string // the default as the docs show it (markdown)
 	doc     string // the docs' line: what it does, or what happens instead (markdown)
-	origin  Origin
+	origin  origin
 	secret  bool // Masked shows *** when set
 	// parse reads the raw value (nil when unset) into c; nil for the rows
 	// that are not read. Rows parse in table order, so a row may use the
@@ -64,9 +64,9 @@ var sections = []struct{ id, title, intro string }{
 // To add a variable: add the Config field, then one row here, in the
 // section it belongs to and below the rows its parse reads; then run
 // `go run ./config/gendoc` to rewrite the docs table. A Python client
-// variable that is not read yet gets a PythonNotRead row (no parse, no
+// variable that is not read yet gets a pythonNotRead row (no parse, no
 // show) saying what happens instead; reading it later turns that row into a
-// Python row with parse and show.
+// python row with parse and show.
 var settings = []setting{
 	// Server and pub/sub.
 	{name: "OPAL_SERVER_URL", section: "server", def: "`http://localhost:7002`",
@@ -110,7 +110,7 @@ var settings = []setting{
 			c.KeepAliveInterval = time.Duration(p.integer(v, 0, 0, math.MaxInt32)) * time.Second
 		},
 		show: func(c *Config) any { return int(c.KeepAliveInterval / time.Second) }},
-	{name: "OPAL_PUBSUB_MAX_MESSAGE_BYTES", section: "server", def: "`67108864` (64 MiB)", origin: Ours,
+	{name: "OPAL_PUBSUB_MAX_MESSAGE_BYTES", section: "server", def: "`67108864` (64 MiB)", origin: ours,
 		doc: "read limit of one WebSocket message, >= 1",
 		parse: func(p *parser, v *string, c *Config) {
 			c.PubSubMaxMessageBytes = p.integer(v, DefaultPubSubMaxMessageBytes, 1, math.MaxInt64)
@@ -156,7 +156,7 @@ var settings = []setting{
 			c.PolicyUpdaterConnRetry = p.retry(v, DefaultPolicyUpdaterConnRetry())
 		},
 		show: func(c *Config) any { return c.PolicyUpdaterConnRetry.String() }},
-	{name: "OPAL_POLICY_UPDATER_MAX_RETRY_AFTER", section: "policy", def: "`60`", origin: Ours,
+	{name: "OPAL_POLICY_UPDATER_MAX_RETRY_AFTER", section: "policy", def: "`60`", origin: ours,
 		doc: "from the reviewed upstream retry change, not in the Python client's master. Seconds >= 0. Caps each honoured " +
 			"`Retry-After` (F4; the hint is a floor, the wait is drawn from [hint, min(2 x hint, this)] so a fleet does not " +
 			"return in lockstep); the whole-fetch bound is `max(this, CONN_RETRY worst case)` (F7); ceilings the deferred " +
@@ -165,25 +165,25 @@ var settings = []setting{
 			c.PolicyUpdaterMaxRetryAfter = p.duration(v, 60*time.Second, false)
 		},
 		show: func(c *Config) any { return c.PolicyUpdaterMaxRetryAfter.Seconds() }},
-	{name: "OPAL_POLICY_UPDATER_RESCHEDULE_ON_RETRYABLE", section: "policy", def: "`true`", origin: Ours,
+	{name: "OPAL_POLICY_UPDATER_RESCHEDULE_ON_RETRYABLE", section: "policy", def: "`true`", origin: ours,
 		doc: "from the reviewed upstream retry change, not in the Python client's master. Bool; `false` disables all deferred re-fetches (D8)",
 		parse: func(p *parser, v *string, c *Config) {
 			c.PolicyUpdaterRescheduleOnRetryable = p.boolean(v, true)
 		},
 		show: func(c *Config) any { return c.PolicyUpdaterRescheduleOnRetryable }},
-	{name: "OPAL_POLICY_UPDATER_MAX_DEFERRED_ROUNDS", section: "policy", def: "`20`", origin: Ours,
+	{name: "OPAL_POLICY_UPDATER_MAX_DEFERRED_ROUNDS", section: "policy", def: "`20`", origin: ours,
 		doc: "from the reviewed upstream retry change, not in the Python client's master. Whole number >= 0: escalation rounds before the flat cadence (D3)",
 		parse: func(p *parser, v *string, c *Config) {
 			c.PolicyUpdaterMaxDeferredRounds = int(p.integer(v, 20, 0, math.MaxInt32))
 		},
 		show: func(c *Config) any { return c.PolicyUpdaterMaxDeferredRounds }},
-	{name: "OPAL_POLICY_BUNDLE_MAX_BYTES", section: "policy", def: "`104857600` (100 MiB)", origin: Ours,
+	{name: "OPAL_POLICY_BUNDLE_MAX_BYTES", section: "policy", def: "`104857600` (100 MiB)", origin: ours,
 		doc: "a larger bundle is refused unread (by `Content-Length`) or as soon as the limit is passed; non-retryable",
 		parse: func(p *parser, v *string, c *Config) {
 			c.PolicyBundleMaxBytes = p.integer(v, DefaultPolicyBundleMaxBytes, 1, math.MaxInt64)
 		},
 		show: func(c *Config) any { return c.PolicyBundleMaxBytes }},
-	{name: "OPAL_POLICY_FETCH_ATTEMPT_TIMEOUT", section: "policy", def: "`30`", origin: Ours,
+	{name: "OPAL_POLICY_FETCH_ATTEMPT_TIMEOUT", section: "policy", def: "`30`", origin: ours,
 		doc: "seconds > 0 for one attempt, **body included**: a server that sends headers and stalls is a (retryable) timeout",
 		parse: func(p *parser, v *string, c *Config) {
 			c.PolicyFetchAttemptTimeout = p.duration(v, 30*time.Second, true)
@@ -311,7 +311,7 @@ var settings = []setting{
 			"`POST /opal-server/connectivity/enable`. Without a valid backup the agent connects anyway (it would otherwise stay empty).",
 		parse: func(p *parser, v *string, c *Config) { c.DefaultOPALServerConnectivityDisabled = p.boolean(v, false) },
 		show:  func(c *Config) any { return c.DefaultOPALServerConnectivityDisabled }},
-	{name: "OPAL_POLICY_MAX_AGE", section: "offline", def: "`0` (off)", origin: Ours,
+	{name: "OPAL_POLICY_MAX_AGE", section: "offline", def: "`0` (off)", origin: ours,
 		doc: "seconds >= 0: `/ready` answers 503 once the policy has been behind (the `opal_client_policy_staleness_seconds` " +
 			"gauge) for longer. Off by default: during a server outage every sidecar of a fleet crosses the limit at about " +
 			"the same time and turns unready at once. See [offline.md](offline.md#staleness-as-a-choice-opal_policy_max_age).",
@@ -419,5 +419,5 @@ var settings = []setting{
 // notRead is a row for a Python client variable this agent does not read;
 // instead says what happens instead (docs and warning).
 func notRead(name, def, instead string) setting {
-	return setting{name: name, section: "notread", def: def, doc: instead, origin: PythonNotRead}
+	return setting{name: name, section: "notread", def: def, doc: instead, origin: pythonNotRead}
 }

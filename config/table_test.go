@@ -42,10 +42,13 @@ func TestSettingsTable(t *testing.T) {
 		if !secs[s.section] {
 			t.Errorf("%s: unknown section %q", s.name, s.section)
 		}
-		if (s.origin == PythonNotRead) != (s.parse == nil) {
-			t.Errorf("%s: a row is read (parse) exactly when it is not marked PythonNotRead", s.name)
+		if (s.origin == pythonNotRead) != (s.parse == nil) {
+			t.Errorf("%s: a row is read (parse) exactly when it is not marked pythonNotRead", s.name)
 		}
-		if s.origin == PythonNotRead && (s.doc == "" || s.show != nil) {
+		if (s.origin == pythonNotRead) != (s.section == "notread") || (s.origin == python && s.show == nil && s.name != "OPAL_DATA_STORE_CONN_RETRY") {
+			t.Errorf("%s: the not-read rows, and only they, are in the last section; a read row is in Masked", s.name)
+		}
+		if s.origin == pythonNotRead && (s.doc == "" || s.show != nil) {
 			t.Errorf("%s: a row not read says what happens instead and is not in Masked", s.name)
 		}
 		if s.secret && s.show == nil && s.parse != nil {
@@ -78,7 +81,7 @@ func TestUnknownVariables(t *testing.T) {
 			[]string{"OPAL_LOG_LEVEL_is_suggested"}},
 		// Mutation caught: the closeness threshold removed (any name would get a suggestion).
 		{"far_name_no_suggestion", []string{"OPAL_BROADCAST_URI=redis://x"}, []string{"OPAL_BROADCAST_URI is not a setting"}},
-		// Mutation caught: the PythonNotRead case removed.
+		// Mutation caught: the pythonNotRead case removed.
 		{"python_not_read_warned", []string{"OPAL_WAIT_ON_SERVER_LOAD=true"},
 			[]string{"OPAL_WAIT_ON_SERVER_LOAD is a Python client setting this agent does not read: the agent does not poll `/loadlimit`; it connects at once and backs off on errors"}},
 		{"python_not_read_as_other_resolved", []string{"OPAL_LOG_FILE_PATH=/x"},

@@ -42,7 +42,7 @@ func UnknownVariables(environ []string) []Warning {
 				w.Message += "; did you mean " + w.Suggest + "?"
 			}
 			out = append(out, w)
-		case s.origin == PythonNotRead:
+		case s.origin == pythonNotRead:
 			out = append(out, Warning{Var: name, Message: name + " is a Python client setting this agent does not read: " + instead(s)})
 		}
 	}

@@ -122,3 +122,14 @@ func TestRun_WarnsAboutVariablesNothingReads(t *testing.T) {
 		})
 	}
 }
+
+// print-config shows the same warnings as run, on stderr, and still prints.
+func TestPrintConfig_Warns(t *testing.T) {
+	env := map[string]string{"OPAL_LOG_LEVL": "DEBUG"}
+	var out, stderr bytes.Buffer
+	code := runPrintConfig(context.Background(), cmdEnv{lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		environ: func() []string { return []string{"OPAL_LOG_LEVL=DEBUG"} }, stdout: &out, stderr: &stderr})
+	if code != 0 || !strings.Contains(stderr.String(), "warning: OPAL_LOG_LEVL is not a setting; did you mean OPAL_LOG_LEVEL?") || out.Len() == 0 {
+		t.Fatalf("exit %d, stderr %q, stdout %d bytes", code, stderr.String(), out.Len())
+	}
+}
