@@ -5,7 +5,6 @@ go 1.26.0
 require (
 	github.com/benbjohnson/clock v1.3.5
 	github.com/gorilla/websocket v1.5.3
-	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/open-policy-agent/opa v1.22.3
 	github.com/prometheus/client_golang v1.25.0
 	go.uber.org/goleak v1.3.0

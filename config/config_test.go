@@ -80,7 +80,7 @@ func TestSyntax(t *testing.T) {
 		{"callbacks_model", map[string]string{"OPAL_DEFAULT_UPDATE_CALLBACKS": `{"callbacks":["http://a/cb",["http://b/cb",{"method":"post"}]]}`},
 			"DefaultUpdateCallbacks", []string{"http://a/cb", "http://b/cb"}},
 		{"inline_opa_addr", map[string]string{"OPAL_INLINE_OPA_CONFIG": `{"addr":"0.0.0.0:9181"}`}, "InlineOPAConfig", InlineOPAConfig{Addr: "0.0.0.0:9181"}},
-		// Offline mode (issue 9).
+		// Offline mode.
 		{"offline_mode_enabled", map[string]string{"OPAL_OFFLINE_MODE_ENABLED": "true"}, "OfflineModeEnabled", true},
 		{"store_backup_path", map[string]string{"OPAL_STORE_BACKUP_PATH": " /var/opal/b.json "}, "StoreBackupPath", "/var/opal/b.json"},
 		{"store_backup_interval_float", map[string]string{"OPAL_STORE_BACKUP_INTERVAL": "0.5"}, "StoreBackupInterval", 500 * time.Millisecond},
@@ -89,6 +89,11 @@ func TestSyntax(t *testing.T) {
 		{"policy_max_age_zero_is_off", map[string]string{"OPAL_POLICY_MAX_AGE": "0"}, "PolicyMaxAge", time.Duration(0)},
 		{"auth_token", map[string]string{"OPAL_POLICY_STORE_AUTH_TYPE": "TOKEN", "OPAL_POLICY_STORE_AUTH_TOKEN": "x"}, "PolicyStoreAuthType", "token"},
 		{"log_level_warning", map[string]string{"OPAL_LOG_LEVEL": "warning"}, "LogLevel", "WARNING"},
+		// The Python image binds the API to UVICORN_PORT. Mutation caught: UVICORN_PORT not applied.
+		{"uvicorn_port_wins", map[string]string{"OPAL_CLIENT_API_SERVER_PORT": "7100", "UVICORN_PORT": "7300"}, "ClientAPIServerPort", 7300},
+		{"uvicorn_port_alone", map[string]string{"UVICORN_PORT": "7300"}, "ClientAPIServerPort", 7300},
+		{"tls_allowed", map[string]string{"OPAL_CLIENT_SELF_SIGNED_CERTIFICATES_ALLOWED": "True"}, "ClientSelfSignedCertificatesAllowed", true},
+		{"tls_ca_file", map[string]string{"OPAL_CLIENT_SSL_CONTEXT_TRUSTED_CA_FILE": " /etc/ca.pem "}, "ClientSSLContextTrustedCAFile", "/etc/ca.pem"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,7 +129,7 @@ func TestBadValues(t *testing.T) {
 		{"conn_retry_bad_strategy", "OPAL_POLICY_UPDATER_CONN_RETRY", `{"wait_strategy":"linear"}`, "JSON object"},
 		{"conn_retry_zero_attempts", "OPAL_POLICY_UPDATER_CONN_RETRY", `{"attempts":0}`, "JSON object"},
 		{"conn_retry_negative_wait", "OPAL_POLICY_STORE_CONN_RETRY", `{"wait_time":-1}`, "JSON object"},
-		// Finding 2: only one JSON object. Mutation caught: the '{' check dropped.
+		// Only one JSON object. Mutation caught: the '{' check dropped.
 		{"conn_retry_null", "OPAL_POLICY_UPDATER_CONN_RETRY", "null", "JSON object"},
 		// Mutation caught: json.Unmarshal -> a Decoder (reads the first value only).
 		{"conn_retry_trailing_text", "OPAL_DATA_UPDATER_CONN_RETRY", `{"attempts":3} x`, "JSON object"},
@@ -134,13 +139,15 @@ func TestBadValues(t *testing.T) {
 		{"auth_tls_not_supported", "OPAL_POLICY_STORE_AUTH_TYPE", "tls", "none or token"},
 		{"store_type_cedar", "OPAL_POLICY_STORE_TYPE", "CEDAR", "OPA"},
 		{"port_out_of_range", "OPAL_CLIENT_API_SERVER_PORT", "70000", "1 to 65535"},
+		{"uvicorn_port_not_a_number", "UVICORN_PORT", "http", "1 to 65535"},
+		{"tls_allowed_yes", "OPAL_CLIENT_SELF_SIGNED_CERTIFICATES_ALLOWED", "yes", "true, false, 1 or 0"},
 		{"log_level_unknown", "OPAL_LOG_LEVEL", "LOUD", "INFO"},
 		{"inline_opa_addr", "OPAL_INLINE_OPA_CONFIG", `{"addr":"nope"}`, "addr"},
 		// Mutation caught: STORE_BACKUP_INTERVAL parsed with positive=false (0 would back up on every transaction).
 		{"store_backup_interval_zero", "OPAL_STORE_BACKUP_INTERVAL", "0", "> 0"},
 		{"offline_mode_yes", "OPAL_OFFLINE_MODE_ENABLED", "yes", "true, false, 1 or 0"},
 		{"policy_max_age_negative", "OPAL_POLICY_MAX_AGE", "-5", ">= 0"},
-		// Finding 1: a bad value never shows a secret. A callback's config may
+		// A bad value never shows a secret. A callback's config may
 		// hold headers. Mutation caught: failSecret -> fail in callbacks.
 		{"secret_callback_headers_not_shown", "OPAL_DEFAULT_UPDATE_CALLBACKS",
 			`{"callbacks":[["http://cb",{"headers":{"Authorization":"Bearer SECRET"}}],5]}`, "callbacks"},
@@ -214,7 +221,7 @@ func TestMaskedAndLogger(t *testing.T) {
 	}
 }
 
-// Finding 1: Masked shows the URLs without user info, query values or
+// Masked shows the URLs without user info, query values or
 // fragments, and keeps the rest readable.
 func TestMaskedRedactsURLs(t *testing.T) {
 	c, err := load(t, map[string]string{
@@ -246,7 +253,7 @@ func TestMaskedRedactsURLs(t *testing.T) {
 	}
 }
 
-// Load (envconfig over the process environment) and LoadFrom agree.
+// Load (the process environment) and LoadFrom agree; unprefixed names are never read.
 func TestLoadMatchesLoadFrom(t *testing.T) {
 	env := map[string]string{"OPAL_SERVER_URL": "http://srv:1", "OPAL_POLICY_UPDATER_MAX_DEFERRED_ROUNDS": "3", "OPAL_DATA_TOPICS": "a,b"}
 	for k, v := range env {

@@ -31,6 +31,7 @@ func (e *Error) Error() string {
 // maxShownValue keeps an error line readable when a JSON blob is wrong.
 const maxShownValue = 80
 
+// newError builds the error line of the variable name (its full name).
 func newError(name, value, accepted, reason string, secret bool) *Error {
 	switch {
 	case secret:
@@ -38,7 +39,7 @@ func newError(name, value, accepted, reason string, secret bool) *Error {
 	case len(value) > maxShownValue:
 		value = value[:maxShownValue] + "..."
 	}
-	return &Error{Var: Prefix + name, Value: value, Accepted: accepted, Reason: oneLine(reason)}
+	return &Error{Var: name, Value: value, Accepted: accepted, Reason: oneLine(reason)}
 }
 
 func mask(s string) string {

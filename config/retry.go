@@ -95,7 +95,8 @@ func (o *ConnRetryOptions) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Decode parses the JSON text of an environment variable (envconfig.Decoder).
+// Decode parses the JSON text of an environment variable (the method
+// envconfig.Decoder names, for embedders that decode with envconfig).
 func (o *ConnRetryOptions) Decode(value string) error { return o.UnmarshalJSON([]byte(value)) }
 
 // seconds converts float seconds to a Duration, saturating huge values

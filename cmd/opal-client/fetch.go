@@ -65,7 +65,18 @@ func runFetch(ctx context.Context, e cmdEnv) int {
 	}
 	log := cfg.Logger(e.stderr)
 	fo := fetcher.PolicyOptions(cfg)
-	fo.HTTPClient = &http.Client{Transport: e.transport}
+	tc, err := cfg.ServerTLSConfig()
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
+		return exitUsage
+	}
+	transport := e.transport
+	if transport == nil && tc != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = tc
+		transport = t
+	}
+	fo.HTTPClient = &http.Client{Transport: transport}
 	fo.Clock, fo.Rand, fo.Logger = e.clock, e.rand, log
 	fo.OnRetry = func(r fetcher.Retry) {
 		log.Info("retrying policy fetch", "attempt", r.Attempt, "status", r.Outcome.Status,

@@ -18,6 +18,7 @@ import (
 type cmdEnv struct {
 	args      []string
 	lookup    func(string) (string, bool) // the environment
+	environ   func() []string             // the environment as NAME=value lines; nil: none (warnings only)
 	stdout    io.Writer
 	stderr    io.Writer
 	clock     clock.Clock
@@ -60,7 +61,7 @@ commands:
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), shutdownSignals...)
-	code := dispatch(ctx, cmdEnv{args: os.Args[1:], lookup: os.LookupEnv, stdout: os.Stdout, stderr: os.Stderr, clock: clock.New()})
+	code := dispatch(ctx, cmdEnv{args: os.Args[1:], lookup: os.LookupEnv, environ: os.Environ, stdout: os.Stdout, stderr: os.Stderr, clock: clock.New()})
 	stop()
 	os.Exit(code)
 }

@@ -21,6 +21,9 @@ func runPrintConfig(_ context.Context, e cmdEnv) int {
 		fmt.Fprintln(e.stderr, err)
 		return exitUsage
 	}
+	for _, w := range configWarnings(e, cfg) {
+		fmt.Fprintln(e.stderr, "warning:", w.Message)
+	}
 	out, err := json.MarshalIndent(cfg.Masked(), "", "  ") // map keys come out sorted
 	if err != nil {
 		fmt.Fprintln(e.stderr, err)

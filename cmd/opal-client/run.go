@@ -22,6 +22,9 @@ func runRun(ctx context.Context, e cmdEnv) int {
 		return exitUsage
 	}
 	log := cfg.Logger(e.stderr)
+	for _, w := range configWarnings(e, cfg) {
+		log.Warn(w.Message, "variable", w.Var)
+	}
 	a, err := agent.New(ctx, agent.Options{
 		Config:         cfg,
 		Clock:          e.clock,
@@ -44,4 +47,14 @@ func runRun(ctx context.Context, e cmdEnv) int {
 		return exitUsage
 	}
 	return exitOK
+}
+
+// configWarnings are the variables of the environment that do nothing: names
+// no setting has, Python client settings not read, settings without effect.
+func configWarnings(e cmdEnv, cfg *config.Config) []config.Warning {
+	var environ []string
+	if e.environ != nil {
+		environ = e.environ()
+	}
+	return append(config.UnknownVariables(environ), cfg.Warnings()...)
 }

@@ -82,3 +82,54 @@ func freePort(t *testing.T) string {
 	_, p, _ := net.SplitHostPort(l.Addr().String())
 	return p
 }
+
+// At start, `run` warns once about each variable that does nothing, naming
+// the one probably meant; a trusted CA file it cannot read stops it.
+func TestRun_WarnsAboutVariablesNothingReads(t *testing.T) {
+	cases := []struct {
+		name     string
+		env      map[string]string
+		code     int
+		contains []string
+	}{
+		{"typo_and_python_setting_warned", map[string]string{
+			"OPAL_POLICY_SUBSCRIPTION_DIR": "x", "OPAL_WAIT_ON_SERVER_LOAD": "true",
+			// unreachable CA path: start stops right after the warnings
+			"OPAL_CLIENT_SELF_SIGNED_CERTIFICATES_ALLOWED": "true", "OPAL_CLIENT_SSL_CONTEXT_TRUSTED_CA_FILE": "/nonexistent/ca.pem",
+		}, exitUsage, []string{
+			`level=WARN msg="OPAL_POLICY_SUBSCRIPTION_DIR is not a setting; did you mean OPAL_POLICY_SUBSCRIPTION_DIRS?" variable=OPAL_POLICY_SUBSCRIPTION_DIR`,
+			`level=WARN msg="OPAL_WAIT_ON_SERVER_LOAD is a Python client setting this agent does not read: `,
+			`error="invalid OPAL_CLIENT_SSL_CONTEXT_TRUSTED_CA_FILE=`,
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var environ []string
+			for k, v := range tc.env {
+				environ = append(environ, k+"="+v)
+			}
+			var stderr bytes.Buffer
+			e := cmdEnv{lookup: func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok },
+				environ: func() []string { return environ }, stdout: &bytes.Buffer{}, stderr: &stderr, clock: clock.New()}
+			if code := runRun(context.Background(), e); code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
+			}
+			for _, want := range tc.contains {
+				if n := strings.Count(stderr.String(), want); n != 1 {
+					t.Errorf("stderr has %q %d times, want once:\n%s", want, n, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+// print-config shows the same warnings as run, on stderr, and still prints.
+func TestPrintConfig_Warns(t *testing.T) {
+	env := map[string]string{"OPAL_LOG_LEVL": "DEBUG"}
+	var out, stderr bytes.Buffer
+	code := runPrintConfig(context.Background(), cmdEnv{lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		environ: func() []string { return []string{"OPAL_LOG_LEVL=DEBUG"} }, stdout: &out, stderr: &stderr})
+	if code != 0 || !strings.Contains(stderr.String(), "warning: OPAL_LOG_LEVL is not a setting; did you mean OPAL_LOG_LEVEL?") || out.Len() == 0 {
+		t.Fatalf("exit %d, stderr %q, stdout %d bytes", code, stderr.String(), out.Len())
+	}
+}

@@ -86,7 +86,7 @@ type Options struct {
 	Rand   func() float64 // uniform [0,1); nil means math/rand/v2
 	Logger *slog.Logger   // nil discards
 	// Transport carries the requests to the OPAL server; nil means
-	// http.DefaultTransport.
+	// http.DefaultTransport (with the server TLS settings, withServerTLS).
 	Transport http.RoundTripper
 	// Dialer opens the pub/sub WebSocket; nil means gorilla's default.
 	Dialer *websocket.Dialer
@@ -159,6 +159,9 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if o, err = withServerTLS(o); err != nil {
+		return nil, err
 	}
 	cfg := o.Config
 	a = &Agent{o: o, cfg: cfg, log: o.Logger, clk: o.Clock, policyTopics: map[string]bool{}}

@@ -51,7 +51,11 @@ func (s *Server) handleDataSource(w http.ResponseWriter, r *http.Request) {
 
 // dataDirEntries lists DataDir's *.json files as /data/config entries: each
 // is PUT at its path without ".json" (a/b.json -> /a/b), topic policy_data.
-func (s *Server) dataDirEntries(host string) ([]map[string]any, error) {
+func (s *Server) dataDirEntries(r *http.Request) ([]map[string]any, error) {
+	base := "http://" + r.Host
+	if r.TLS != nil { // served over TLS: the sources are too
+		base = "https://" + r.Host
+	}
 	var files []string
 	err := fs.WalkDir(os.DirFS(s.o.DataDir), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -69,7 +73,7 @@ func (s *Server) dataDirEntries(host string) ([]map[string]any, error) {
 	entries := make([]map[string]any, 0, len(files))
 	for _, f := range files {
 		entries = append(entries, map[string]any{
-			"url":         "http://" + host + DataSourcesPrefix + f,
+			"url":         base + DataSourcesPrefix + f,
 			"config":      nil,
 			"topics":      []string{defaultDataTopic},
 			"dst_path":    "/" + strings.TrimSuffix(f, ".json"),

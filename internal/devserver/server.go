@@ -341,7 +341,7 @@ func (s *Server) handleDataConfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.o.DataDir != "" {
-		entries, err := s.dataDirEntries(r.Host)
+		entries, err := s.dataDirEntries(r)
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, detail("data dir: "+err.Error()))
 			return
