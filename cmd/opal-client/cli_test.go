@@ -72,16 +72,23 @@ func TestRun_SIGHUPShutsDownLikeSIGTERM(t *testing.T) {
 		"OPAL_INLINE_OPA_CONFIG":      `{"addr":"127.0.0.1:0"}`,
 		"OPAL_CLIENT_API_SERVER_PORT": freePort(t),
 	}
-	var stderr syncWriter
+	stderr := syncWriter{started: make(chan struct{})}
 	e := cmdEnv{lookup: func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 		stdout: io.Discard, stderr: &stderr, clock: clock.New()}
 	done := make(chan int, 1)
 	go func() { done <- runRun(ctx, e) }()
+	dl := time.NewTimer(30 * time.Second)
+	defer dl.Stop()
+	select {
+	case <-stderr.started:
+	case code := <-done:
+		t.Fatalf("run ended (exit %d) before starting; stderr:\n%s", code, stderr.String())
+	case <-dl.C:
+		t.Fatalf("run did not start; stderr:\n%s", stderr.String())
+	}
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	dl := time.NewTimer(10 * time.Second)
-	defer dl.Stop()
 	select {
 	case code := <-done:
 		if code != 0 || !strings.Contains(stderr.String(), "shutting down") || !strings.Contains(stderr.String(), "stopped") {
@@ -229,11 +236,19 @@ func TestMain(m *testing.M) {
 type syncWriter struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	// started, when set, is closed once "opal-client starting" is written:
+	// the agent's Run has begun, so a signal now meets its orderly shutdown
+	// rather than the start-up's cancellation.
+	started     chan struct{}
+	startedOnce sync.Once
 }
 
 func (w *syncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.started != nil && bytes.Contains(p, []byte("opal-client starting")) {
+		w.startedOnce.Do(func() { close(w.started) })
+	}
 	return w.b.Write(p)
 }
 
