@@ -279,7 +279,7 @@ func TestHealthStrictView(t *testing.T) {
 		body          string
 	}{
 		{"lenient_ignores_a_failed_update", false, nil, failed, true, true, "/healthcheck", 200, `{"online":true,"status":"ok"}`},
-		// guards mutation "if false {" in health (strict query ignored)
+		// guards mutation "strict && false" in health
 		{"strict_reports_a_failed_update", false, nil, failed, true, true, "/healthcheck?strict=true", 503, `{"status":"unavailable"}`},
 		{"strict_on_healthy_route", false, nil, failed, true, true, "/healthy?strict=1", 503, `{"status":"unavailable"}`},
 		{"strict_false_is_lenient", false, nil, failed, true, true, "/?strict=false", 200, `{"online":true,"status":"ok"}`},
