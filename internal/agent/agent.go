@@ -162,9 +162,11 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 	}
 	cfg := o.Config
 	a = &Agent{o: o, cfg: cfg, log: o.Logger, clk: o.Clock, policyTopics: map[string]bool{}}
+	// The agent, not the named result: every error return sets that to nil.
+	built := a
 	defer func() {
 		if err != nil {
-			a.release()
+			built.release() // guard: mutation "_ = built; a.release()" panics on a failed New (TestAuthKeyStopsTheStart)
 		}
 	}()
 
