@@ -165,10 +165,11 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 	}
 	cfg := o.Config
 	a = &Agent{o: o, cfg: cfg, log: o.Logger, clk: o.Clock, policyTopics: map[string]bool{}}
-	built := a // a is nil once an error is returned
+	// The agent, not the named result: every error return sets that to nil.
+	built := a
 	defer func() {
 		if err != nil {
-			built.release()
+			built.release() // guard: mutation "_ = built; a.release()" panics on a failed New (TestAuthKeyStopsTheStart)
 		}
 	}()
 

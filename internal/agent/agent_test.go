@@ -13,7 +13,9 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/opal-go/opal-client/config"
 	"github.com/opal-go/opal-client/fetcher"
+	"github.com/opal-go/opal-client/internal/api"
 	"github.com/opal-go/opal-client/internal/metrics"
 	"github.com/opal-go/opal-client/internal/status"
 	"github.com/opal-go/opal-client/scheduler"
@@ -176,6 +178,39 @@ func TestReview4_Counters(t *testing.T) {
 			if v != c.want || float64(a.queue.Len()) != c.want {
 				t.Fatalf("counted %v, queued %d; want %v", v, a.queue.Len(), c.want)
 			}
+		})
+	}
+}
+
+// TestAuthKeyStopsTheStart: an OPAL_AUTH_PUBLIC_KEY that cannot be used
+// stops New (the Python client would log it and serve the connectivity
+// routes unauthenticated); without one New starts, the routes open.
+func TestAuthKeyStopsTheStart(t *testing.T) {
+	for _, c := range []struct {
+		name, key string
+		fails     bool
+	}{
+		{"unusable_key_stops_the_start", "ssh-rsa not-base64", true},
+		{"no_key_starts_open", "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			vars := map[string]string{"OPAL_AUTH_PUBLIC_KEY": c.key, "OPAL_DATA_UPDATER_ENABLED": "false"}
+			cfg, err := config.LoadFrom(func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ClientAPIServerPort, cfg.InlineOPAConfig.Addr = 0, "127.0.0.1:0"
+			a, err := New(context.Background(), Options{Config: cfg})
+			if c.fails {
+				if !errors.Is(err, api.ErrKey) {
+					t.Fatalf("New = %v, want api.ErrKey", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.release()
 		})
 	}
 }

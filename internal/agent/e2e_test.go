@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/opal-go/opal-client/config"
+	"github.com/opal-go/opal-client/internal/devserver"
 	"github.com/opal-go/opal-client/internal/metrics"
 	"github.com/opal-go/opal-client/internal/status"
 )
@@ -492,5 +493,42 @@ func TestE2E_ShutdownDuringLongRetryAfter(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), "stopped") {
 		t.Fatal("no clean stop")
+	}
+}
+
+// TestE2E_OutageKeepsHealthcheck200: the endpoints the official chart probes
+// (/healthcheck for liveness and readiness) stay 200 while the server
+// answers 503 after a policy was loaded and decisions keep working; the
+// strict view reports the failed update.
+func TestE2E_OutageKeepsHealthcheck200(t *testing.T) {
+	srv := newTestServer(t, exampleFiles(t))
+	h := start(t, srv, nil)
+	h.successTx()
+	// Longer than one fetch's attempts and any deferred re-fetch in the
+	// test's span: the outage lasts.
+	outage := make([]devserver.Answer, 50)
+	for i := range outage {
+		outage[i] = retryAfter(503, "")
+	}
+	srv.setScript(outage...)
+	if code, _ := h.post("/policy-updater/trigger"); code != 200 {
+		t.Fatalf("trigger = %d", code)
+	}
+	if tx := h.tx(); tx.Success {
+		t.Fatal("the update during the outage should have failed")
+	}
+	for _, c := range []struct {
+		path string
+		code int
+	}{
+		{"/healthcheck", 200}, {"/healthy", 200}, {"/", 200}, {"/ready", 200},
+		{"/healthcheck?strict=true", 503},
+	} {
+		if code, body := h.get(c.path); code != c.code {
+			t.Errorf("%s during the outage = %d %s, want %d", c.path, code, body, c.code)
+		}
+	}
+	if !h.decide("alice", "write") {
+		t.Fatal("decisions stopped during the outage")
 	}
 }

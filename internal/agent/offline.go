@@ -10,13 +10,11 @@ import (
 	"github.com/opal-go/opal-client/internal/status"
 )
 
-// offline is offline mode's state (issue 9, docs/offline.md): the restored
-// backup, the backup writer, and the switch of the connection to the OPAL
+// offline is offline mode's state (docs/offline.md): the backup writer
+// and the switch of the connection to the OPAL
 // server (the Python client's /opal-server/connectivity routes).
 type offline struct {
-	enabled  bool      // OPAL_OFFLINE_MODE_ENABLED with the embedded OPA
-	restored bool      // a valid backup was loaded at startup
-	takenAt  time.Time // when the restored backup was taken
+	enabled bool // OPAL_OFFLINE_MODE_ENABLED with the embedded OPA (restored or not: status.Tracker)
 
 	writer atomic.Pointer[backup.Writer] // set by Run before the queue starts
 
@@ -49,13 +47,13 @@ func (a *Agent) setupOffline(ctx context.Context) {
 	}
 	a.off.enabled = true
 	st, takenAt, err := backup.Restore(ctx, cfg.StoreBackupPath, a.emb.Import, a.log)
-	if err == nil { // guard: mutation "if err != nil {" leaves a valid backup unused
-		a.off.restored, a.off.takenAt = true, takenAt
+	restored := err == nil
+	if restored { // guard: mutation "if !restored {" leaves a valid backup unused
 		a.tracker.Restored(takenAt)
 		a.metrics.Restored(st.Hash)
 	}
 	if cfg.DefaultOPALServerConnectivityDisabled {
-		if a.off.restored {
+		if restored {
 			a.off.disabled = true
 			a.log.Info("not connecting to the OPAL server until POST /opal-server/connectivity/enable",
 				"backup_taken_at", takenAt.UTC().Format(time.RFC3339))

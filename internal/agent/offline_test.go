@@ -484,3 +484,59 @@ func TestStaleness_LostConnection(t *testing.T) {
 		})
 	}
 }
+
+// TestOffline_PythonClientBackupRestores: a sidecar switched from the Python
+// client restores the backup that client wrote ({"policies","data"} at
+// OPAL_STORE_BACKUP_PATH) while the server answers 503: it decides at once,
+// ready and online:false; without a hash to start from, the first fetch is
+// a full bundle; the next backup is in the format both clients read.
+func TestOffline_PythonClientBackupRestores(t *testing.T) {
+	srv := newTestServer(t, exampleFiles(t))
+	files := exampleFiles(t)
+	path := filepath.Join(t.TempDir(), "opa.json")
+	// The Python client's OpaClient.full_export: json.dumps of both keys.
+	py, err := json.Marshal(map[string]any{
+		"policies": map[string]string{"rbac/rbac.rego": files["rbac/rbac.rego"]},
+		"data":     map[string]json.RawMessage{"rbac": json.RawMessage(files["rbac/data.json"])},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, py, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv.setScript(retryAfter(503, "1"), retryAfter(503, "1"))
+	before := len(srv.policyRequests())
+	h := start(t, srv, offlineEnv(path))
+	t.Run("decides_ready_and_offline_from_the_python_backup", func(t *testing.T) {
+		if !h.decide("alice", "write") || h.decide("carol", "write") {
+			t.Fatal("the Python client's backup does not decide")
+		}
+		if code, _ := h.get("/ready"); code != 200 {
+			t.Fatalf("/ready = %d", code)
+		}
+		if code, body := h.get("/healthcheck"); code != 200 || body != `{"online":false,"status":"ok"}` {
+			t.Fatalf("/healthcheck = %d %s", code, body)
+		}
+	})
+	t.Run("first_fetch_is_full", func(t *testing.T) {
+		h.successTx()
+		if got := srv.policyRequests()[before].Get("base_hash"); got != "" {
+			t.Fatalf("first fetch base_hash=%q, want a full bundle", got)
+		}
+	})
+	t.Run("next_backup_is_ours_in_the_python_format", func(t *testing.T) {
+		waitBackup(t, path, srv.head())
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var both struct {
+			Policies map[string]string `json:"policies"`
+			Data     map[string]any    `json:"data"`
+		}
+		if err := json.Unmarshal(raw, &both); err != nil || both.Policies["rbac/rbac.rego"] == "" || both.Data["rbac"] == nil {
+			t.Fatalf("the backup is not readable by the Python client: %v %s", err, raw)
+		}
+	})
+}

@@ -118,7 +118,7 @@ func Handler(o Options) http.Handler {
 	mux := http.NewServeMux()
 	health := func(w http.ResponseWriter, r *http.Request) {
 		check, loaded := o.Healthy, o.Loaded
-		if strict, _ := strconv.ParseBool(r.URL.Query().Get("strict")); strict { // guard: mutation "if false {" serves the lenient view to ?strict=true
+		if strict, _ := strconv.ParseBool(r.URL.Query().Get("strict")); strict { // guard: mutation "strict && false" serves the lenient view to ?strict=true
 			// The strict view: a policy past OPAL_POLICY_MAX_AGE is not
 			// "ready" for offline mode's answer either.
 			check, loaded = o.Strict, o.Ready

@@ -180,7 +180,7 @@ func TestP7_OfflineHealth(t *testing.T) {
 		{"online_mode_ready_unhealthy_is_503", false, true, errors.New("no policy transaction yet"), 503, `{"status":"unavailable"}`},
 		{"offline_not_ready_is_503", true, false, errors.New("no policy transaction yet"), 503, `{"status":"unavailable"}`},
 		{"offline_healthy_is_online", true, true, nil, 200, `{"online":true,"status":"ok"}`},
-		// Review finding 5. guards mutation "(true || errors.Is(err, status.ErrStoreUnreachable))" in health
+		// An unreachable store is an outage in offline mode too. guards mutation "(true || errors.Is(err, status.ErrStoreUnreachable))" in health
 		{"offline_ready_store_unreachable_is_503", true, true, fmt.Errorf("%w: %w: refused", status.ErrUnhealthy, status.ErrStoreUnreachable), 503, `{"status":"unavailable"}`},
 	}
 	for _, c := range cases {
@@ -279,7 +279,7 @@ func TestHealthStrictView(t *testing.T) {
 		body          string
 	}{
 		{"lenient_ignores_a_failed_update", false, nil, failed, true, true, "/healthcheck", 200, `{"online":true,"status":"ok"}`},
-		// guards mutation "if false {" in health (strict query ignored)
+		// guards mutation "strict && false" in health
 		{"strict_reports_a_failed_update", false, nil, failed, true, true, "/healthcheck?strict=true", 503, `{"status":"unavailable"}`},
 		{"strict_on_healthy_route", false, nil, failed, true, true, "/healthy?strict=1", 503, `{"status":"unavailable"}`},
 		{"strict_false_is_lenient", false, nil, failed, true, true, "/?strict=false", 200, `{"online":true,"status":"ok"}`},

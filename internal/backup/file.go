@@ -2,14 +2,22 @@
 // a sidecar restarted while the OPAL server is down loads its last policy and
 // data from the backup instead of starting empty.
 //
-// A backup file is one line of JSON:
+// A backup file is one line of JSON in the Python client's format (its
+// OpaClient.full_export: {"policies": {id: rego}, "data": {...}}) with one
+// key more, which the Python client ignores on import:
 //
-//	{"format":"opal-client-store-backup","version":1,"sha256":"<hex>","body":{"taken_at":"...","state":{...}}}
+//	{"policies":{...},"data":{...},"opal_client_go":{"format":"opal-client-store-backup","version":2,"taken_at":"...","hash":"...","owned":{...},"sha256":"<hex>"}}
 //
-// The checksum is the SHA-256 of the body's bytes exactly as written. A file
-// is accepted only if it is complete (ends with its newline), is the current
-// format version, is byte-for-byte in canonical form and its checksum
-// matches; anything else is refused with an *Error whose Kind says why.
+// So a rollback to the Python client restores our backup as is. The
+// checksum is the SHA-256 of the file's canonical encoding with "sha256"
+// empty. One of ours is accepted only if it is complete (ends with its
+// newline), is the current format version (or version 1, the envelope this
+// package wrote before), is byte-for-byte in canonical form and its
+// checksum matches; anything else is refused with an *Error whose Kind says
+// why. A file without our key is a Python client's backup: exactly
+// "policies" (strings) and "data" (an object); it has no checksum, no hash
+// (the first fetch is a full bundle), no data ownership, and its age is the
+// file's modification time.
 //
 // Write replaces the file atomically (temporary file in the same directory,
 // fsync, rename, fsync of the directory), so a crash at any instant leaves
@@ -41,8 +49,15 @@ const DefaultPath = "/opal/backup/opa.json"
 // Format is the magic string in every backup file.
 const Format = "opal-client-store-backup"
 
-// Version is the format version this package writes and the only one it reads.
-const Version = 1
+// Version is the format version this package writes; it also reads
+// version 1 (the envelope of earlier releases) and the Python client's files.
+const Version = 2
+
+// versionEnvelope is the first format: {"format","version":1,"sha256","body"}.
+const versionEnvelope = 1
+
+// metaKey holds our part of a file; the Python client ignores it.
+const metaKey = "opal_client_go"
 
 // State is what a backup holds: the embedded store's bundle-managed policy
 // modules, its data document and policy hash, and which data paths bundles
@@ -59,6 +74,9 @@ type State struct {
 	// Owned maps data paths ("/"-joined) to the data.json directory of the
 	// bundle that wrote them (store.Ownership).
 	Owned map[string]string `json:"owned"`
+	// FromPython is set by Read for a backup the Python client wrote (no
+	// hash, no ownership; its age is the file's modification time).
+	FromPython bool `json:"-"`
 }
 
 // Kinds of read failure, matched with errors.Is.
@@ -126,28 +144,164 @@ func checksum(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// file is a backup file: the Python client's two keys, then ours.
+type file struct {
+	Policies map[string]string `json:"policies"`
+	Data     json.RawMessage   `json:"data"`
+	Meta     *meta             `json:"opal_client_go"`
+}
+
+type meta struct {
+	Format  string            `json:"format"`
+	Version int               `json:"version"`
+	TakenAt time.Time         `json:"taken_at"`
+	Hash    string            `json:"hash"`
+	Owned   map[string]string `json:"owned"`
+	SHA256  string            `json:"sha256"`
+}
+
+// encodeFile is the one canonical form of a file: the checksum is over it
+// with "sha256" empty, then it is written with the checksum.
+func encodeFile(f file) ([]byte, error) {
+	m := *f.Meta
+	m.SHA256 = ""
+	unsummed, err := json.Marshal(file{Policies: f.Policies, Data: f.Data, Meta: &m})
+	if err != nil {
+		return nil, err
+	}
+	m.SHA256 = checksum(unsummed)
+	b, err := json.Marshal(file{Policies: f.Policies, Data: f.Data, Meta: &m})
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
 // Marshal returns the bytes of a backup file of state taken at now.
 func Marshal(state *State, now time.Time) ([]byte, error) {
 	if state == nil {
 		return nil, errors.New("backup: nil state")
 	}
-	b, err := json.Marshal(body{TakenAt: now.UTC(), State: state})
+	owned := state.Owned
+	if owned == nil {
+		owned = map[string]string{}
+	}
+	b, err := encodeFile(file{Policies: state.Policies, Data: state.Data, Meta: &meta{
+		Format: Format, Version: Version, TakenAt: now.UTC(), Hash: state.Hash, Owned: owned,
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
-	return encode(envelope{Format: Format, Version: Version, SHA256: checksum(b), Body: b})
+	return b, nil
 }
 
-// Unmarshal checks and decodes the bytes of a backup file. Errors are
-// *Error (Path empty).
+func fail(kind, err error) (*State, time.Time, error) {
+	return nil, time.Time{}, &Error{Kind: kind, Err: err}
+}
+
+// Unmarshal checks and decodes the bytes of a backup file: ours (version 2
+// or 1) or the Python client's. Errors are *Error (Path empty). A Python
+// client's backup has no time: the zero time is returned (Read uses the
+// file's modification time).
 func Unmarshal(raw []byte) (*State, time.Time, error) {
-	fail := func(kind, err error) (*State, time.Time, error) {
-		return nil, time.Time{}, &Error{Kind: kind, Err: err}
-	}
-	// Every prefix of a file lacks the final newline.
-	if len(raw) == 0 || raw[len(raw)-1] != '\n' {
+	if len(raw) == 0 {
 		return fail(ErrTruncated, nil)
 	}
+	// A decoder, not Unmarshal: a cut anywhere (even inside an escape) is
+	// io.ErrUnexpectedEOF, i.e. truncated, for files without a checksum too.
+	var top map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&top); err != nil {
+		if isEOF(err) || errors.Is(err, io.EOF) {
+			return fail(ErrTruncated, err)
+		}
+		return fail(ErrCorrupt, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fail(ErrCorrupt, errors.New("trailing data"))
+	}
+	_, ours := top[metaKey]
+	_, v1 := top["format"]
+	if !ours && !v1 { // guard: mutation "!ours && v1 == v1" reads a version-1 file as the Python client's
+		return unmarshalPython(top)
+	}
+	// Every prefix of one of our files lacks the final newline.
+	if raw[len(raw)-1] != '\n' {
+		return fail(ErrTruncated, nil)
+	}
+	if ours {
+		return unmarshalV2(raw)
+	}
+	return unmarshalV1(raw)
+}
+
+// unmarshalV2 reads the current format.
+func unmarshalV2(raw []byte) (*State, time.Time, error) {
+	// Format and version first, leniently: a newer version may have a
+	// layout this one would call corrupt.
+	var head struct {
+		Meta struct {
+			Format  string `json:"format"`
+			Version int    `json:"version"`
+		} `json:"opal_client_go"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil || head.Meta.Format != Format {
+		return fail(ErrCorrupt, fmt.Errorf("not an opal-client store backup: format %q: %v", head.Meta.Format, err))
+	}
+	if head.Meta.Version != Version { // guard: mutation "if false {" reads a file of another version
+		return fail(ErrVersion, fmt.Errorf("version %d, want %d", head.Meta.Version, Version))
+	}
+	var f file
+	if err := strictDecode(raw, &f); err != nil || f.Meta == nil {
+		return fail(ErrCorrupt, err)
+	}
+	m := *f.Meta
+	m.SHA256 = ""
+	unsummed, err := json.Marshal(file{Policies: f.Policies, Data: f.Data, Meta: &m})
+	if err != nil {
+		return fail(ErrCorrupt, err)
+	}
+	if checksum(unsummed) != f.Meta.SHA256 { // guard: mutation "&& false" skips the checksum
+		return fail(ErrChecksum, nil)
+	}
+	canonical, err := encodeFile(f)
+	if err != nil || !bytes.Equal(canonical, raw) { // guard: mutation "canonical == nil" accepts a file not in canonical form
+		return fail(ErrCorrupt, errors.New("not in canonical form"))
+	}
+	if f.Policies == nil || !isObject(f.Data) {
+		return fail(ErrCorrupt, errors.New("state incomplete"))
+	}
+	owned := f.Meta.Owned
+	if owned == nil {
+		owned = map[string]string{}
+	}
+	return &State{Hash: f.Meta.Hash, Policies: f.Policies, Data: f.Data, Owned: owned}, f.Meta.TakenAt, nil
+}
+
+// unmarshalPython reads a backup of the Python client: exactly "policies"
+// (id -> rego) and "data" (an object).
+func unmarshalPython(top map[string]json.RawMessage) (*State, time.Time, error) {
+	pol, okP := top["policies"]
+	data, okD := top["data"]
+	if !okP || !okD || len(top) != 2 { // guard: mutation "|| false" accepts a file with other keys
+		return fail(ErrCorrupt, errors.New(`neither an opal-client backup nor the Python client's {"policies","data"}`))
+	}
+	var policies map[string]string
+	if err := json.Unmarshal(pol, &policies); err != nil || policies == nil {
+		return fail(ErrCorrupt, fmt.Errorf("policies: want an object of strings: %v", err))
+	}
+	if !isObject(data) {
+		return fail(ErrCorrupt, errors.New("data: want an object"))
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, data); err != nil {
+		return fail(ErrCorrupt, err)
+	}
+	return &State{Policies: policies, Data: compact.Bytes(), Owned: map[string]string{}, FromPython: true}, time.Time{}, nil
+}
+
+// unmarshalV1 reads the envelope of earlier releases.
+func unmarshalV1(raw []byte) (*State, time.Time, error) {
 	// Format and version first, leniently: a newer version may have a
 	// layout this one would call corrupt.
 	var head struct {
@@ -163,8 +317,8 @@ func Unmarshal(raw []byte) (*State, time.Time, error) {
 	if head.Format != Format {
 		return fail(ErrCorrupt, fmt.Errorf("format %q, want %q", head.Format, Format))
 	}
-	if head.Version != Version {
-		return fail(ErrVersion, fmt.Errorf("version %d, want %d", head.Version, Version))
+	if head.Version != versionEnvelope {
+		return fail(ErrVersion, fmt.Errorf("version %d, want %d or %d", head.Version, Version, versionEnvelope))
 	}
 	var env envelope
 	if err := strictDecode(raw, &env); err != nil {
@@ -229,6 +383,12 @@ func Read(path string) (*State, time.Time, error) {
 	st, at, err := Unmarshal(raw)
 	if e, ok := err.(*Error); ok {
 		e.Path = path
+	}
+	if err == nil && st.FromPython {
+		// The Python client records no time: the file's is the best age.
+		if fi, serr := os.Stat(path); serr == nil {
+			at = fi.ModTime().UTC()
+		}
 	}
 	return st, at, err
 }

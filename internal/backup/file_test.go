@@ -40,41 +40,114 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestReadRefuses: every damaged file is refused with its kind, never a panic
-// and never a partial state.
-func TestReadRefuses(t *testing.T) {
-	good, err := Marshal(example("h1"), t0)
+// marshalV1 writes the version-1 envelope of earlier releases (still read).
+func marshalV1(t *testing.T, state *State, now time.Time) []byte {
+	t.Helper()
+	b, err := json.Marshal(body{TakenAt: now.UTC(), State: state})
 	if err != nil {
 		t.Fatal(err)
 	}
+	raw, err := encode(envelope{Format: Format, Version: versionEnvelope, SHA256: checksum(b), Body: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
 
-	// Catches: dropping the final-newline check (the file without its
-	// newline would be called corrupt, not truncated).
-	t.Run("truncated_at_every_offset", func(t *testing.T) {
-		for n := 0; n < len(good); n++ {
-			st, _, err := Unmarshal(good[:n])
-			if !errors.Is(err, ErrTruncated) || st != nil {
-				t.Fatalf("cut at %d/%d: state %v, err %v", n, len(good), st, err)
-			}
-		}
-	})
-
-	// Catches: dropping the checksum comparison (a flip inside a string of
-	// the body still parses) and dropping the canonical-form check (0x20
-	// turns a key's letter to upper case, which encoding/json accepts).
-	t.Run("flipped_byte_at_every_offset", func(t *testing.T) {
-		for _, mask := range []byte{0x01, 0x20, 0x80} {
-			for i := range good {
-				bad := bytes.Clone(good)
-				bad[i] ^= mask
-				st, _, err := Unmarshal(bad)
-				var e *Error
-				if err == nil || !errors.As(err, &e) || st != nil {
-					t.Fatalf("byte %d (%q) ^ %#x accepted: state %v, err %v", i, good[i], mask, st, err)
+// TestReadRefuses: every damaged file of ours (the current format and the
+// version-1 envelope) is refused with its kind, never a panic and never a
+// partial state.
+func TestReadRefuses(t *testing.T) {
+	current, err := Marshal(example("h1"), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := marshalV1(t, example("h1"), t0)
+	for _, f := range []struct {
+		name string
+		raw  []byte
+	}{{"v2", current}, {"v1", good}} {
+		// Catches: dropping the final-newline check (the file without its
+		// newline would be called corrupt, not truncated).
+		t.Run(f.name+"/truncated_at_every_offset", func(t *testing.T) {
+			for n := 0; n < len(f.raw); n++ {
+				st, _, err := Unmarshal(f.raw[:n])
+				if !errors.Is(err, ErrTruncated) || st != nil {
+					t.Fatalf("cut at %d/%d: state %v, err %v", n, len(f.raw), st, err)
 				}
 			}
+		})
+
+		// Catches: dropping the checksum comparison (a flip inside a string
+		// of the body still parses), dropping the canonical-form check (0x20
+		// turns a key's letter to upper case, which encoding/json accepts)
+		// and reading a file whose key of ours was damaged as the Python
+		// client's.
+		t.Run(f.name+"/flipped_byte_at_every_offset", func(t *testing.T) {
+			for _, mask := range []byte{0x01, 0x20, 0x80} {
+				for i := range f.raw {
+					bad := bytes.Clone(f.raw)
+					bad[i] ^= mask
+					st, _, err := Unmarshal(bad)
+					var e *Error
+					if err == nil || !errors.As(err, &e) || st != nil {
+						t.Fatalf("byte %d (%q) ^ %#x accepted: state %v, err %v", i, f.raw[i], mask, st, err)
+					}
+				}
+			}
+		})
+	}
+
+	refile := func(change func(*file)) []byte {
+		var f file
+		if err := json.Unmarshal(current, &f); err != nil {
+			t.Fatal(err)
 		}
-	})
+		change(&f)
+		b, err := encodeFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	keepSum := func(change func(*file)) []byte { // the change, with the old checksum
+		var f file
+		if err := json.Unmarshal(current, &f); err != nil {
+			t.Fatal(err)
+		}
+		sum := f.Meta.SHA256
+		change(&f)
+		f.Meta.SHA256 = sum
+		b, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(b, '\n')
+	}
+	for _, tc := range []struct {
+		name string
+		raw  []byte
+		kind error
+	}{
+		// guards mutation "if false {" in unmarshalV2 (version)
+		{"v2_other_version", refile(func(f *file) { f.Meta.Version = 3 }), ErrVersion},
+		{"v2_other_format", refile(func(f *file) { f.Meta.Format = "x" }), ErrCorrupt},
+		// guards mutation "&& false" in unmarshalV2 (checksum)
+		{"v2_policy_changed_checksum_kept", keepSum(func(f *file) { f.Policies["rbac/rbac.rego"] = "package mallory\n" }), ErrChecksum},
+		{"v2_hash_changed_checksum_kept", keepSum(func(f *file) { f.Meta.Hash = "h2" }), ErrChecksum},
+		{"v2_data_not_an_object", refile(func(f *file) { f.Data = json.RawMessage(`[1]`) }), ErrCorrupt},
+		{"v2_policies_missing", refile(func(f *file) { f.Policies = nil }), ErrCorrupt},
+		// guards mutation "canonical == nil" in unmarshalV2 (canonical form)
+		{"v2_not_canonical", bytes.Replace(current, []byte(`{"policies"`), []byte(`{ "policies"`), 1), ErrCorrupt},
+		{"v2_trailing_garbage", append(bytes.Clone(current), "{}\n"...), ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _, err := Unmarshal(tc.raw)
+			if !errors.Is(err, tc.kind) || st != nil {
+				t.Fatalf("state %v, err %v, want %v", st, err, tc.kind)
+			}
+		})
+	}
 
 	reenvelope := func(f func(*envelope)) []byte {
 		var env envelope
@@ -263,4 +336,86 @@ func TestWriteFailureKeepsOld(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Fatalf("leftovers: %v", entries)
 	}
+}
+
+// pythonBackup is what the Python client's OpaClient.full_export writes
+// (json.dumps({"policies": ..., "data": ...}), its default separators, no
+// newline); produced once with CPython's json.dumps and pasted here.
+const pythonBackup = `{"policies": {"rbac/rbac.rego": "package app.rbac\n\nallow if input.user == \"alice\"\n"}, "data": {"rbac": {"roles": ["admin"], "n": 1.5}}}`
+
+// TestPythonClientBackup pins the two directions of a switch: a backup the
+// Python client wrote restores (no hash: the first fetch is full; no
+// ownership; its age is the file's), and ours is one the Python client's
+// full_import reads (its "policies" and "data" keys; it ignores ours).
+func TestPythonClientBackup(t *testing.T) {
+	t.Run("python_backup_restores", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "opa.json")
+		if err := os.WriteFile(path, []byte(pythonBackup), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		mtime := t0.Add(-time.Hour)
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		st, at, err := Read(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := example("")
+		want.Owned, want.FromPython = map[string]string{}, true
+		if !reflect.DeepEqual(st, want) {
+			t.Fatalf("state %+v, want %+v", st, want)
+		}
+		if !at.Equal(mtime) {
+			t.Fatalf("taken at %v, want the file's time %v", at, mtime)
+		}
+	})
+	for _, tc := range []struct {
+		name, raw string
+		kind      error
+	}{
+		// guards mutation "|| false" in unmarshalPython
+		{"python_with_another_key_refused", `{"policies": {}, "data": {}, "x": 1}`, ErrCorrupt},
+		{"python_without_data_refused", `{"policies": {}}`, ErrCorrupt},
+		{"python_policy_not_a_string_refused", `{"policies": {"a.rego": 1}, "data": {}}`, ErrCorrupt},
+		{"python_data_not_an_object_refused", `{"policies": {}, "data": [1]}`, ErrCorrupt},
+		{"python_truncated_refused", pythonBackup[:len(pythonBackup)-3], ErrTruncated},
+		{"v1_envelope_is_not_python", `{"format":"x","version":1,"sha256":"","body":{}}` + "\n", ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _, err := Unmarshal([]byte(tc.raw))
+			if !errors.Is(err, tc.kind) || st != nil {
+				t.Fatalf("state %v, err %v, want %v", st, err, tc.kind)
+			}
+		})
+	}
+	// guards mutation "!ours && v1 == v1" in Unmarshal: a version-1 file of an
+	// earlier release is still ours, not the Python client's.
+	t.Run("v1_file_still_restores", func(t *testing.T) {
+		st, at, err := Unmarshal(marshalV1(t, example("h1"), t0))
+		if err != nil || !reflect.DeepEqual(st, example("h1")) || !at.Equal(t0) {
+			t.Fatalf("state %+v at %v, err %v", st, at, err)
+		}
+	})
+	t.Run("ours_is_read_by_the_python_client", func(t *testing.T) {
+		raw, err := Marshal(example("h1"), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What full_import does: json.loads, then import_data["policies"]
+		// (id -> raw rego, each set_policy) and import_data["data"] (the
+		// root document); any other key is ignored.
+		var imported struct {
+			Policies map[string]string `json:"policies"`
+			Data     map[string]any    `json:"data"`
+		}
+		if err := json.Unmarshal(raw, &imported); err != nil {
+			t.Fatal(err)
+		}
+		var want map[string]any
+		_ = json.Unmarshal(example("h1").Data, &want)
+		if !reflect.DeepEqual(imported.Policies, example("h1").Policies) || !reflect.DeepEqual(imported.Data, want) {
+			t.Fatalf("the Python client would import %+v", imported)
+		}
+	})
 }

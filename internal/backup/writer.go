@@ -220,6 +220,9 @@ func Restore(ctx context.Context, path string, load func(context.Context, *State
 		err = load(ctx, st)
 	}
 	switch {
+	case err == nil && st.FromPython:
+		log.Info("store restored from the Python client's backup; the first fetch is a full bundle", "path", path, "file_time", at)
+		return st, at, nil
 	case err == nil:
 		log.Info("store restored from backup", "path", path, "hash", st.Hash, "taken_at", at)
 		return st, at, nil

@@ -23,7 +23,7 @@ func TestMetricsMove(t *testing.T) {
 	flat = true
 	m.StoreApply(time.Millisecond, nil, false)
 	m.StoreApply(time.Millisecond, errors.New("compile"), false)
-	// Review finding 4a: a base mismatch is not a failure. guards mutation
+	// A base mismatch is not a failure. guards mutation
 	// "if false {" in StoreApply
 	m.StoreApply(time.Millisecond, errors.New("delta on another base"), true)
 	clk.Add(time.Minute)

@@ -67,7 +67,7 @@ func TestStaleness(t *testing.T) {
 			t.Fatalf("a backup restored late made a current policy stale %v", got)
 		}
 	})
-	// Review finding 3: a lost or disabled connection makes the policy
+	// A lost or disabled connection makes the policy
 	// possibly behind, counted from the loss, until the next success.
 	t.Run("lost_counts_from_the_loss_not_the_last_success", func(t *testing.T) {
 		clk := clock.NewMock()

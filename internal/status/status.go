@@ -3,8 +3,9 @@
 // is, staleness.go), the data updater's transactions, and the pub/sub
 // connection. Readiness (/ready, opal-protocol §5.3), health (/healthcheck,
 // lenient as the Python client's, and its strict view), the metrics'
-// staleness and strict-health gauges, the "policy stale" warning and the
-// offline-mode backup all read it; nothing else keeps that state. With the
+// staleness and strict-health gauges and the "policy stale" warning read
+// it, the offline-mode restore records into it (Restored); nothing else
+// keeps that state. With the
 // health-check policy enabled it also maintains the system.opal policy the
 // Python client writes, queryable at /v1/data/system/opal/ready.
 package status
