@@ -44,6 +44,9 @@ const (
 	// client's (and internal/backup's) defaults.
 	DefaultStoreBackupPath     = "/opal/backup/opa.json"
 	DefaultStoreBackupInterval = 60 * time.Second
+	// DefaultStatisticsAddClientChannel is the Python client's
+	// STATISTICS_ADD_CLIENT_CHANNEL.
+	DefaultStatisticsAddClientChannel = "__opal_stats_add"
 )
 
 // Config is the parsed environment. Load and LoadFrom fill every field,
@@ -103,6 +106,12 @@ type Config struct {
 
 	ClientAPIServerHost string // OPAL_CLIENT_API_SERVER_HOST
 	ClientAPIServerPort int    // OPAL_CLIENT_API_SERVER_PORT
+
+	// Statistics (opal-protocol §2.3): announce this client on the server's
+	// statistics channel after each subscribe, as the Python client does.
+	StatisticsEnabled          bool   // OPAL_STATISTICS_ENABLED
+	StatisticsAddClientChannel string // OPAL_STATISTICS_ADD_CLIENT_CHANNEL
+	ClientStatID               string // OPAL_CLIENT_STAT_ID; empty: a random CLIENT_<hex> per process
 
 	LogLevel            string // OPAL_LOG_LEVEL, upper case
 	LogSerialize        bool   // OPAL_LOG_SERIALIZE: JSON logs
@@ -166,6 +175,10 @@ type env struct {
 
 	ClientAPIServerHost *string `envconfig:"OPAL_CLIENT_API_SERVER_HOST"`
 	ClientAPIServerPort *string `envconfig:"OPAL_CLIENT_API_SERVER_PORT"`
+
+	StatisticsEnabled          *string `envconfig:"OPAL_STATISTICS_ENABLED"`
+	StatisticsAddClientChannel *string `envconfig:"OPAL_STATISTICS_ADD_CLIENT_CHANNEL"`
+	ClientStatID               *string `envconfig:"OPAL_CLIENT_STAT_ID"`
 
 	LogLevel            *string `envconfig:"OPAL_LOG_LEVEL"`
 	LogSerialize        *string `envconfig:"OPAL_LOG_SERIALIZE"`
@@ -426,6 +439,10 @@ func parse(e *env) (*Config, error) {
 	c.ClientAPIServerHost = get(e.ClientAPIServerHost, "127.0.0.1")
 	c.ClientAPIServerPort = int(p.integer("CLIENT_API_SERVER_PORT", e.ClientAPIServerPort, 7000, 1, 65535))
 
+	c.StatisticsEnabled = p.boolean("STATISTICS_ENABLED", e.StatisticsEnabled, false)
+	c.StatisticsAddClientChannel = get(e.StatisticsAddClientChannel, DefaultStatisticsAddClientChannel)
+	c.ClientStatID = get(e.ClientStatID, "")
+
 	c.LogLevel = strings.ToUpper(get(e.LogLevel, "INFO"))
 	if _, ok := slogLevels[c.LogLevel]; !ok {
 		p.fail("LOG_LEVEL", c.LogLevel, "TRACE, DEBUG, INFO, SUCCESS, WARNING, ERROR or CRITICAL", "")
@@ -644,6 +661,9 @@ func (c *Config) Masked() map[string]any {
 		"OPAL_POLICY_MAX_AGE":                            c.PolicyMaxAge.Seconds(),
 		"OPAL_CLIENT_API_SERVER_HOST":                    c.ClientAPIServerHost,
 		"OPAL_CLIENT_API_SERVER_PORT":                    c.ClientAPIServerPort,
+		"OPAL_STATISTICS_ENABLED":                        c.StatisticsEnabled,
+		"OPAL_STATISTICS_ADD_CLIENT_CHANNEL":             c.StatisticsAddClientChannel,
+		"OPAL_CLIENT_STAT_ID":                            c.ClientStatID,
 		"OPAL_LOG_LEVEL":                                 c.LogLevel,
 		"OPAL_LOG_SERIALIZE":                             c.LogSerialize,
 		"OPAL_LOG_FORMAT_INCLUDE_PID":                    c.LogFormatIncludePID,
