@@ -93,7 +93,7 @@ buildah-tool:
 image: buildah-tool
 	rm -rf $(IMAGE_DIR)
 	mkdir -p $(IMAGE_DIR)/rootfs/usr/local/bin $(IMAGE_DIR)/rootfs/etc/ssl/certs $(IMAGE_DIR)/rootfs/tmp $(IMAGE_DIR)/home/backup
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -o $(IMAGE_DIR)/rootfs/usr/local/bin/opal-client ./cmd/opal-client
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -ldflags="-s -w" -o $(IMAGE_DIR)/rootfs/usr/local/bin/opal-client ./cmd/opal-client
 	cp $(CA_BUNDLE) $(IMAGE_DIR)/rootfs/etc/ssl/certs/ca-certificates.crt
 	printf 'root:x:0:0:root:/root:/sbin/nologin\nopal:x:1000:1000:opal:/opal:/sbin/nologin\n' > $(IMAGE_DIR)/rootfs/etc/passwd
 	printf 'root:x:0:\nopal:x:1000:\n' > $(IMAGE_DIR)/rootfs/etc/group
