@@ -1,9 +1,16 @@
 package agent
 
 import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/opal-go/opal-client/config"
+	"github.com/opal-go/opal-client/internal/pubsub"
 )
 
 // TestStatistics_FromConfig: the announcement follows OPAL_STATISTICS_ENABLED,
@@ -34,5 +41,47 @@ func TestStatistics_FromConfig(t *testing.T) {
 				t.Fatalf("statistics %+v, want id %q channel %q", st, tc.id, tc.top)
 			}
 		})
+	}
+}
+
+// TestStatistics_AnnouncedThroughTheAgent: with OPAL_STATISTICS_ENABLED the
+// agent's socket announces itself, and a subscriber of the statistics channel
+// on the dev server (where the server's statistics would listen) receives it.
+// Mutation: `Statistics:      statistics(a.cfg),` -> `Statistics:      nil,`.
+func TestStatistics_AnnouncedThroughTheAgent(t *testing.T) {
+	srv := newTestServer(t, exampleFiles(t))
+	got := make(chan json.RawMessage, 4)
+	watching := make(chan struct{}, 1)
+	w := pubsub.New(pubsub.Options{
+		URL: "ws" + strings.TrimPrefix(srv.srv.URL, "http") + "/ws", Token: srv.token,
+		Topics:    []string{config.DefaultStatisticsAddClientChannel},
+		OnConnect: func() { watching <- struct{}{} },
+		OnNotify:  func(_ string, data json.RawMessage) { got <- data },
+		Logger:    slog.New(slog.DiscardHandler),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = w.Run(ctx) }()
+	defer func() { cancel(); <-stopped }()
+	dl := time.NewTimer(deadline)
+	defer dl.Stop()
+	select {
+	case <-watching:
+	case <-dl.C:
+		t.Fatal("the statistics watcher did not connect")
+	}
+
+	start(t, srv, map[string]string{"OPAL_STATISTICS_ENABLED": "true", "OPAL_CLIENT_STAT_ID": "pod-1"})
+	var m struct {
+		Topics   []string `json:"topics"`
+		ClientID string   `json:"client_id"`
+	}
+	select {
+	case b := <-got:
+		if err := json.Unmarshal(b, &m); err != nil || m.ClientID != "pod-1" || !slices.Contains(m.Topics, "policy:.") {
+			t.Fatalf("announcement %s (%v)", b, err)
+		}
+	case <-dl.C:
+		t.Fatal("no statistics announcement")
 	}
 }
