@@ -230,6 +230,7 @@ func imageConfig(t *testing.T) (env map[string]string, user string) {
 }
 
 func parseEnv(t *testing.T, s string, env map[string]string) {
+	t.Helper()
 	for s = strings.TrimSpace(s); s != ""; s = strings.TrimSpace(s) {
 		k, rest, ok := strings.Cut(s, "=")
 		if !ok || strings.ContainsAny(k, " \t") {
@@ -518,6 +519,9 @@ func TestHelmValues_SwapInTheImage(t *testing.T) {
 		env[k] = val
 	}
 	for k, val := range chartEnv {
+		if !known(k) {
+			t.Errorf("the chart sets %s, which the binary does not read", k)
+		}
 		env[k] = val
 	}
 	for k, val := range v.Client.ExtraEnv {
