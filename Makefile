@@ -93,14 +93,17 @@ buildah-tool:
 image: buildah-tool
 	rm -rf $(IMAGE_DIR)
 	mkdir -p $(IMAGE_DIR)/rootfs/usr/local/bin $(IMAGE_DIR)/rootfs/etc/ssl/certs $(IMAGE_DIR)/rootfs/tmp $(IMAGE_DIR)/home/backup
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -o $(IMAGE_DIR)/rootfs/usr/local/bin/opal-client ./cmd/opal-client
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -ldflags="-s -w" -o $(IMAGE_DIR)/rootfs/usr/local/bin/opal-client ./cmd/opal-client
 	cp $(CA_BUNDLE) $(IMAGE_DIR)/rootfs/etc/ssl/certs/ca-certificates.crt
 	printf 'root:x:0:0:root:/root:/sbin/nologin\nopal:x:1000:1000:opal:/opal:/sbin/nologin\n' > $(IMAGE_DIR)/rootfs/etc/passwd
 	printf 'root:x:0:\nopal:x:1000:\n' > $(IMAGE_DIR)/rootfs/etc/group
 	chmod 1777 $(IMAGE_DIR)/rootfs/tmp
 	chmod 0755 $(IMAGE_DIR)/home $(IMAGE_DIR)/home/backup
-	$(BUILDAH) build --quiet --platform linux/$(ARCH) -f Containerfile -t $(IMAGE) .
-	@echo "built $(IMAGE) (linux/$(ARCH))"
+	@old=$$($(BUILDAH) images -q --noheading $(IMAGE) 2>/dev/null || true); \
+	$(BUILDAH) build --quiet --platform linux/$(ARCH) -f Containerfile -t $(IMAGE) . >/dev/null && \
+	new=$$($(BUILDAH) images -q --noheading $(IMAGE)) && \
+	if [ -n "$$old" ] && [ "$$old" != "$$new" ]; then $(BUILDAH) rmi "$$old" >/dev/null 2>&1 || true; fi; \
+	echo "built $(IMAGE) (linux/$(ARCH)): $$new"
 
 ## image-test: run the image's entrypoint in its root filesystem against the dev server and ask a decision (CI runs this)
 image-test: image build

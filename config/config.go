@@ -42,6 +42,9 @@ const (
 	DefaultPubSubMaxMessageBytes = 64 << 20
 	// DefaultStoreBackupPath and DefaultStoreBackupInterval are the Python
 	// client's (and internal/backup's) defaults.
+	// DefaultStatisticsAddClientChannel is the Python client's
+	// STATISTICS_ADD_CLIENT_CHANNEL.
+	DefaultStatisticsAddClientChannel = "__opal_stats_add"
 	DefaultStoreBackupPath     = "/opal/backup/opa.json"
 	DefaultStoreBackupInterval = 60 * time.Second
 )
@@ -116,6 +119,12 @@ type Config struct {
 
 	ClientAPIServerHost string // OPAL_CLIENT_API_SERVER_HOST
 	ClientAPIServerPort int    // OPAL_CLIENT_API_SERVER_PORT
+
+	// Statistics (opal-protocol §2.3): announce this client on the server's
+	// statistics channel after each subscribe, as the Python client does.
+	StatisticsEnabled          bool   // OPAL_STATISTICS_ENABLED
+	StatisticsAddClientChannel string // OPAL_STATISTICS_ADD_CLIENT_CHANNEL
+	ClientStatID               string // OPAL_OPAL_CLIENT_STAT_ID (the Python name, doubled prefix included); empty: a random CLIENT_<hex> per process
 
 	// UvicornPort is UVICORN_PORT, the Python image's API port; 0 when unset.
 	// When set, ClientAPIServerPort is this.

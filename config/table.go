@@ -116,6 +116,23 @@ var settings = []setting{
 		},
 		show: func(c *Config) any { return c.PubSubMaxMessageBytes }},
 
+	{name: "OPAL_STATISTICS_ENABLED", section: "server", def: "`false`",
+		doc: "bool: after every subscribe, publish `{\"topics\":[...],\"client_id\":...,\"rpc_id\":<this connection's channel id>}` " +
+			"to the statistics channel, so an OPAL server with statistics on lists this client. Python publishes once per socket " +
+			"(it has two); this agent has one socket and publishes once with all its topics. A publish the server does not answer " +
+			"within 30 s is logged and the connection kept (Python waits without a bound)",
+		parse: func(p *parser, v *string, c *Config) { c.StatisticsEnabled = p.boolean(v, false) },
+		show:  func(c *Config) any { return c.StatisticsEnabled }},
+	{name: "OPAL_STATISTICS_ADD_CLIENT_CHANNEL", section: "server", def: "`__opal_stats_add`", doc: "the topic published to",
+		parse: func(p *parser, v *string, c *Config) {
+			c.StatisticsAddClientChannel = get(v, DefaultStatisticsAddClientChannel)
+		},
+		show: func(c *Config) any { return c.StatisticsAddClientChannel }},
+	{name: "OPAL_OPAL_CLIENT_STAT_ID", section: "server", def: "`CLIENT_<32 random hex>`",
+		doc:   "the `client_id` announced (the Python name, prefix doubled); the default is drawn once per process, so reconnects keep it",
+		parse: func(p *parser, v *string, c *Config) { c.ClientStatID = get(v, "") },
+		show:  func(c *Config) any { return c.ClientStatID }},
+
 	// TLS to the OPAL server.
 	{name: "OPAL_CLIENT_SELF_SIGNED_CERTIFICATES_ALLOWED", section: "tls", def: "`false`",
 		doc: "bool: trust the CA of `OPAL_CLIENT_SSL_CONTEXT_TRUSTED_CA_FILE`; alone it changes nothing (a warning says so)",
@@ -433,7 +450,6 @@ var settings = []setting{
 	notRead("OPAL_DEFAULT_DATA_URL", "`http://localhost:8000/policy-config`", "nothing: the data sources come from `OPAL_DEFAULT_DATA_SOURCES_CONFIG_URL` (the Python client does not use it either)"),
 	notRead("OPAL_DEFAULT_UPDATE_CALLBACK_CONFIG", "POST, JSON", "callback reports are always POSTed as JSON, the Python default"),
 	notRead("OPAL_OPA_HEALTH_CHECK_TRANSACTION_LOG_PATH", "`system/opal/transactions`", "nothing: declared but unused in the Python client too"),
-	notRead("OPAL_OPAL_CLIENT_STAT_ID", "unset", "the agent announces no statistics identifier"),
 	notRead("OPAL_ALLOWED_ORIGINS", "`*`", "the client API sends no CORS headers"),
 	notRead("OPAL_LOG_FORMAT", "loguru format", "log lines are slog text, or JSON with `OPAL_LOG_SERIALIZE`"),
 	notRead("OPAL_LOG_TRACEBACK", "`true`", "errors are logged as one line, without a traceback"),
@@ -450,9 +466,7 @@ var settings = []setting{
 	notRead("OPAL_LOG_FILE_COMPRESSION", "unset", "as `OPAL_LOG_TO_FILE`"),
 	notRead("OPAL_LOG_FILE_SERIALIZE", "`true`", "as `OPAL_LOG_TO_FILE`"),
 	notRead("OPAL_LOG_FILE_LEVEL", "`INFO`", "as `OPAL_LOG_TO_FILE`"),
-	notRead("OPAL_STATISTICS_ENABLED", "`false`", "the agent does not announce itself on the server's statistics channel"),
-	notRead("OPAL_STATISTICS_ADD_CLIENT_CHANNEL", "`__opal_stats_add`", "as `OPAL_STATISTICS_ENABLED`"),
-	notRead("OPAL_STATISTICS_REMOVE_CLIENT_CHANNEL", "`__opal_stats_rm`", "as `OPAL_STATISTICS_ENABLED`"),
+	notRead("OPAL_STATISTICS_REMOVE_CLIENT_CHANNEL", "`__opal_stats_rm`", "nothing is published on removal: the server drops a client from its statistics when its socket closes"),
 	notRead("OPAL_FETCH_PROVIDER_MODULES", "`[\"opal_common.fetcher.providers\"]`", "only the built-in HTTP fetcher; Python fetch-provider modules cannot be loaded"),
 	notRead("OPAL_FETCHING_WORKER_COUNT", "`6`", "data entries on disjoint paths are fetched concurrently, without a worker limit"),
 	notRead("OPAL_FETCHING_ENQUEUE_TIMEOUT", "`10`", "there is no bounded fetch queue to wait on"),

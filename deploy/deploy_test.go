@@ -230,6 +230,7 @@ func imageConfig(t *testing.T) (env map[string]string, user string) {
 }
 
 func parseEnv(t *testing.T, s string, env map[string]string) {
+	t.Helper()
 	for s = strings.TrimSpace(s); s != ""; s = strings.TrimSpace(s) {
 		k, rest, ok := strings.Cut(s, "=")
 		if !ok || strings.ContainsAny(k, " \t") {
@@ -444,6 +445,34 @@ func TestManifests_Sidecar(t *testing.T) {
 	})
 }
 
+// chartAllows is what the chart's values.schema.json accepts
+// ("additionalProperties": false) under the keys this file sets: helm
+// refuses any other key at install.
+var chartAllows = map[string][]string{
+	"":             {"openshift", "image", "server", "client", "postgresql"},
+	"image":        {"server", "client", "pgsql"},
+	"image.client": {"registry", "repository", "tag", "pullSecrets"},
+	"client": {"securityContext", "containerSecurityContext", "enabled", "port", "opaPort", "replicas", "extraEnv",
+		"opaStartupData", "serverUrl", "secrets", "resources", "imagePullPolicy", "podLabels", "nodeSelector", "tolerations", "affinity"},
+}
+
+// checkKeys reports the keys of m (at prefix) the chart's schema refuses.
+func checkKeys(t *testing.T, prefix string, m map[string]any) {
+	t.Helper()
+	allowed, ok := chartAllows[prefix]
+	if !ok {
+		return // free-form below here (extraEnv, resources, ...)
+	}
+	for k, v := range m {
+		if !slices.Contains(allowed, k) {
+			t.Errorf("values key %q: the chart's schema refuses it", strings.TrimPrefix(prefix+"."+k, "."))
+		}
+		if sub, ok := v.(map[string]any); ok {
+			checkKeys(t, strings.TrimPrefix(prefix+"."+k, "."), sub)
+		}
+	}
+}
+
 // helmValues is the part of the chart's values this file sets.
 type helmValues struct {
 	Image struct {
@@ -472,10 +501,14 @@ func TestHelmValues_SwapInTheImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v helmValues
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	if err := dec.Decode(&v); err != nil {
+	if err := yaml.Unmarshal(b, &v); err != nil {
 		t.Fatal(err)
 	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	checkKeys(t, "", raw)
 	// The chart's opal.clientImage: registry/repository:tag.
 	if got := v.Image.Client.Registry + "/" + v.Image.Client.Repository + ":" + v.Image.Client.Tag; got != image {
 		t.Errorf("chart renders image %q, want %q", got, image)
@@ -486,6 +519,9 @@ func TestHelmValues_SwapInTheImage(t *testing.T) {
 		env[k] = val
 	}
 	for k, val := range chartEnv {
+		if !known(k) {
+			t.Errorf("the chart sets %s, which the binary does not read", k)
+		}
 		env[k] = val
 	}
 	for k, val := range v.Client.ExtraEnv {

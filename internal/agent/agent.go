@@ -360,6 +360,7 @@ func (a *Agent) newPubSub() {
 		Rand:            a.o.Rand,
 		Logger:          a.log,
 		Dialer:          a.o.Dialer,
+		Statistics:      statistics(a.cfg),
 	})
 }
 

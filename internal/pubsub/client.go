@@ -75,6 +75,9 @@ type Options struct {
 	Clock       clock.Clock
 	Rand        func() float64 // uniform in [0,1), for the backoff jitter
 	Logger      *slog.Logger
+	// Statistics, if set, announces the client on the server's statistics
+	// channel after every subscribe (stats.go).
+	Statistics *Statistics
 	// Dialer is copied; tests inject NetDialContext (e.g. over net.Pipe).
 	// NetDialTLSContext, if set, bypasses the read-timeout watchdog's byte
 	// counting, so leave it nil.
@@ -139,6 +142,7 @@ func New(o Options) *Client {
 	if o.Dialer == nil {
 		o.Dialer = websocket.DefaultDialer
 	}
+	o.Statistics = o.Statistics.withDefaults()
 	l := o.Logger
 	if l == nil {
 		l = slog.Default()
@@ -285,6 +289,10 @@ func (c *Client) session(ctx context.Context) (up time.Duration, err error) {
 	c.log.Info("pub/sub connected", "topics", len(c.o.Topics))
 	if c.o.OnConnect != nil {
 		c.o.OnConnect()
+	}
+	if c.o.Statistics != nil {
+		s.wg.Add(1)
+		go s.announce(ctx)
 	}
 	if c.o.KeepAlive > 0 {
 		s.wg.Add(1)
