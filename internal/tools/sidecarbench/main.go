@@ -409,6 +409,7 @@ func (b *bench) startAgent(serverURL string) (*proc, error) {
 		"OPAL_CLIENT_API_SERVER_PORT="+apiPort,
 		inline,
 		"OPAL_DATA_UPDATER_ENABLED=false",
+		"OPAL_OPA_V0_COMPAT=false", // Rego v1, as its peer `opa run` parses
 		"OPAL_LOG_SERIALIZE=true",
 		level,
 	)
