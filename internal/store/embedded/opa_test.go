@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -441,4 +442,24 @@ func TestOPALogger(t *testing.T) {
 			t.Fatal("OPA error dropped")
 		}
 	})
+}
+
+// TestAddrInUse: an address OPA cannot bind stops the start naming addr.
+func TestAddrInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := New(ctx, Options{Addr: ln.Addr().String()})
+	if err == nil {
+		_ = s.Shutdown(ctx)
+		t.Fatal("started on an address in use")
+	}
+	var ce *OPAConfigError
+	if !errors.As(err, &ce) || ce.Key != "addr" {
+		t.Fatalf("err = %v, want *OPAConfigError for addr", err)
+	}
 }
