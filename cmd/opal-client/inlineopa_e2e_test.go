@@ -91,6 +91,9 @@ func policyServer(t *testing.T, files map[string]string) string {
 func startAgent(t *testing.T, bin string, env map[string]string) *agentProc {
 	t.Helper()
 	apiPort, opaPort := freePort(t), freePort(t)
+	for opaPort == apiPort { // both released before the agent binds them
+		opaPort = freePort(t)
+	}
 	p := &agentProc{stderr: &lockedBuffer{}, done: make(chan error, 1),
 		api: "http://127.0.0.1:" + apiPort, opa: "http://127.0.0.1:" + opaPort}
 	base := map[string]string{
