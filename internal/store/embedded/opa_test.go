@@ -330,8 +330,9 @@ func TestDecisionLogsToService(t *testing.T) {
 // or with a key OPA does not know, stops the start naming it.
 func TestOPAConfigFileRefused(t *testing.T) {
 	cases := []struct{ name, yaml, key string }{
-		{"bundles_refused", "bundles:\n  authz:\n    resource: x\n", "bundles"},
-		{"discovery_refused", "discovery:\n  resource: x\n", "discovery"},
+		// Refused with the reason, not as an unknown key.
+		{"bundles_refused", "bundles:\n  authz:\n    resource: x\n", `"bundles" is refused: OPAL owns the policy`},
+		{"discovery_refused", "discovery:\n  resource: x\n", `"discovery" is refused: OPAL owns the policy`},
 		{"unknown_key_refused", "decision_log:\n  console: true\n", "decision_log"},
 		{"bad_plugin_config_refused", "decision_logs:\n  service: nowhere\n", "config_file"},
 	}
