@@ -300,13 +300,12 @@ var settings = []setting{
 		parse: func(p *parser, v *string, c *Config) { c.InlineOPAEnabled = p.boolean(v, true) },
 		show:  func(c *Config) any { return c.InlineOPAEnabled }},
 	{name: "OPAL_INLINE_OPA_CONFIG", section: "store", def: "`{\"addr\":\"127.0.0.1:8181\"}`",
-		doc: "JSON, every key of the Python client's inline OPA options (`addr`, `authentication`, `authorization`, " +
-			"`config_file`, `files`, `log_level`, `tls_*`, `v0_compatible`); an unknown key or a bad value stops the agent " +
-			"naming the key. See [Inline OPA options](#inline-opa-options).",
+		doc: "JSON object, the Python client's inline OPA options; every key below. An unknown key, a bad value or a " +
+			"missing file stops the agent (exit 1) naming the key. See [Inline OPA](#inline-opa-opal_inline_opa_config)",
 		parse: func(p *parser, v *string, c *Config) { c.InlineOPAConfig = p.inlineOPA(v) },
 		show:  func(c *Config) any { return c.InlineOPAConfig.String() }},
 	{name: "OPAL_INLINE_OPA_LOG_FORMAT", section: "store", def: "`none`",
-		doc: "`none`, `minimal`, `http` or `full`: which of the embedded OPA's logs reach the agent's log, as in the Python client",
+		doc: "`none`, `minimal`, `http` or `full` (any case): how OPA's own logs reach the agent's log (below)",
 		parse: func(p *parser, v *string, c *Config) {
 			c.InlineOPALogFormat = strings.ToLower(get(v, "none"))
 			if !contains(InlineOPALogFormats, c.InlineOPALogFormat) {
@@ -315,19 +314,23 @@ var settings = []setting{
 		},
 		show: func(c *Config) any { return c.InlineOPALogFormat }},
 	{name: "OPAL_OPA_V0_COMPAT", section: "store", def: "`true`",
-		doc:   "bool: OPA as `opa run --v0-compatible`: Rego v0 policies load, in the embedded store and in the external store's local pre-compile",
+		doc: "bool, as in the Python client: OPA runs as `opa run --v0-compatible` (Rego v0 modules load; a module with " +
+			"`import rego.v1` is v1). Applies to both stores: the external store pre-compiles bundles the same way. `false` = " +
+			"Rego v1. Note: under the default a v1 module **without** `import rego.v1` (`allow if ...`) does not parse, " +
+			"exactly as under `opa run --v0-compatible`: add the import or set `false`",
 		parse: func(p *parser, v *string, c *Config) { c.OPAV0Compat = p.boolean(v, true) },
 		show:  func(c *Config) any { return c.OPAV0Compat }},
 	{name: "OPAL_POLICY_STORE_TLS_CLIENT_CERT", section: "store", def: "unset",
-		doc:   "PEM file: the client certificate for mTLS to the external OPA (with `..._TLS_CLIENT_KEY`)",
+		doc:   "external OPA: PEM client certificate file (mTLS); with `_KEY`",
 		parse: func(p *parser, v *string, c *Config) { c.PolicyStoreTLSClientCert = get(v, "") },
 		show:  func(c *Config) any { return c.PolicyStoreTLSClientCert }},
 	{name: "OPAL_POLICY_STORE_TLS_CLIENT_KEY", section: "store", def: "unset",
-		doc:   "PEM file: the client certificate's key",
+		doc:   "external OPA: PEM private key file of the client certificate",
 		parse: func(p *parser, v *string, c *Config) { c.PolicyStoreTLSClientKey = get(v, "") },
 		show:  func(c *Config) any { return c.PolicyStoreTLSClientKey }},
 	{name: "OPAL_POLICY_STORE_TLS_CA", section: "store", def: "unset",
-		doc: "PEM file: the CA that signed the external OPA's certificate; every TLS file must be readable, and the certificate and key are set together",
+		doc: "external OPA: PEM file of the CA(s) that sign OPA's certificate (default: the system roots). A missing or " +
+			"unreadable file, or a certificate without its key, stops the agent",
 		parse: func(p *parser, v *string, c *Config) {
 			c.PolicyStoreTLSCA = get(v, "")
 			if name, err := checkTLSFiles(c.PolicyStoreTLSClientCert, c.PolicyStoreTLSClientKey, c.PolicyStoreTLSCA); err != nil {

@@ -237,7 +237,13 @@ func (s *Store) Shutdown(ctx context.Context) error {
 	// the serve context, which is cancelled by then, and the decision
 	// logger would drop what it has not uploaded yet.
 	s.mgr.Stop(ctx)
-	s.cancel()
+	// On SIGTERM/SIGINT OPA's runtime stops by itself (as opa run does),
+	// flushing with its own live context: let it finish instead of
+	// cancelling it half-way.
+	if s.rt.ServerStatus() != runtime.ServerStopped {
+		s.cancel()
+	}
+	defer s.cancel()
 	select {
 	case err := <-s.served:
 		s.served <- err

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -329,8 +330,9 @@ func TestDecisionLogsToService(t *testing.T) {
 // or with a key OPA does not know, stops the start naming it.
 func TestOPAConfigFileRefused(t *testing.T) {
 	cases := []struct{ name, yaml, key string }{
-		{"bundles_refused", "bundles:\n  authz:\n    resource: x\n", "bundles"},
-		{"discovery_refused", "discovery:\n  resource: x\n", "discovery"},
+		// Refused with the reason, not as an unknown key.
+		{"bundles_refused", "bundles:\n  authz:\n    resource: x\n", `"bundles" is refused: OPAL owns the policy`},
+		{"discovery_refused", "discovery:\n  resource: x\n", `"discovery" is refused: OPAL owns the policy`},
 		{"unknown_key_refused", "decision_log:\n  console: true\n", "decision_log"},
 		{"bad_plugin_config_refused", "decision_logs:\n  service: nowhere\n", "config_file"},
 	}
@@ -441,4 +443,24 @@ func TestOPALogger(t *testing.T) {
 			t.Fatal("OPA error dropped")
 		}
 	})
+}
+
+// TestAddrInUse: an address OPA cannot bind stops the start naming addr.
+func TestAddrInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := New(ctx, Options{Addr: ln.Addr().String()})
+	if err == nil {
+		_ = s.Shutdown(ctx)
+		t.Fatal("started on an address in use")
+	}
+	var ce *OPAConfigError
+	if !errors.As(err, &ce) || ce.Key != "addr" {
+		t.Fatalf("err = %v, want *OPAConfigError for addr", err)
+	}
 }

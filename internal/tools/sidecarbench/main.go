@@ -69,6 +69,7 @@ type options struct {
 	goCmd, clientBin, opaBin, example string
 	reps, updates, latencyRuns        int
 	largeUpdates                      int
+	inline                            inlineOptions // inlineopa.go
 }
 
 func run() error {
@@ -81,6 +82,7 @@ func run() error {
 	flag.IntVar(&o.updates, "updates", 200, "one-module updates per latency run")
 	flag.IntVar(&o.latencyRuns, "latency-runs", 3, "latency runs (each a fresh agent)")
 	flag.IntVar(&o.largeUpdates, "large-updates", 20, "one-module updates on the 1,000-module bundle (0: skip)")
+	o.inline.flags()
 	flag.Parse()
 	if o.reps < 1 || o.updates < 1 || o.latencyRuns < 1 || o.largeUpdates < 0 {
 		return errors.New("-reps, -updates and -latency-runs must be >= 1, -large-updates >= 0")
@@ -113,6 +115,9 @@ func run() error {
 		o.opaBin = filepath.Join(tmp, "opa")
 	}
 	b.clientBin, b.opaBin = o.clientBin, o.opaBin
+	if err := b.setupInline(o.inline); err != nil {
+		return err
+	}
 
 	gen := filepath.Join(tmp, "gen")
 	dataBytes, err := writeGenBundle(gen)
@@ -132,6 +137,17 @@ func run() error {
 			return fmt.Errorf("%s: %w", bc.name, err)
 		}
 		rows = append(rows, r)
+	}
+
+	var tput []throughputRun
+	if o.inline.duration > 0 {
+		if tput, err = b.throughputs(bundles[0], o.inline); err != nil {
+			return err
+		}
+	}
+	if o.inline.skipLatency {
+		reportInline(os.Stdout, o, opaVersion, rows, tput, b.clk.Since(wall))
+		return nil
 	}
 
 	var lat []latencyRun
@@ -154,6 +170,9 @@ func run() error {
 	}
 
 	report(os.Stdout, o, opaVersion, rows, lat, large, b.clk.Since(wall))
+	if o.inline.consoleLogs || o.inline.duration > 0 {
+		reportInline(os.Stdout, o, opaVersion, rows, tput, b.clk.Since(wall))
+	}
 	return nil
 }
 
@@ -162,6 +181,7 @@ type bench struct {
 	tmp               string
 	hc                *http.Client
 	clientBin, opaBin string
+	opaConfig         string // OPA configuration file given to both, "" = none
 }
 
 type bundleCase struct {
@@ -296,6 +316,12 @@ func jsonEqual(a, b []byte) bool {
 	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
 		return false
 	}
+	// Decision ids (present once decision logs are on) differ by design.
+	for _, v := range []any{x, y} {
+		if m, ok := v.(map[string]any); ok {
+			delete(m, "decision_id")
+		}
+	}
 	xa, _ := json.Marshal(x) // maps marshal with sorted keys
 	ya, _ := json.Marshal(y)
 	return bytes.Equal(xa, ya)
@@ -372,12 +398,20 @@ func (b *bench) startAgent(serverURL string) (*proc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(b.clientBin, "run")
+	inline, level := `OPAL_INLINE_OPA_CONFIG={"addr":"127.0.0.1:`+opaPort+`"}`, "OPAL_LOG_LEVEL=WARNING"
+	if b.opaConfig != "" {
+		// Decision logs are INFO records: the level lets them through.
+		inline = `OPAL_INLINE_OPA_CONFIG={"addr":"127.0.0.1:` + opaPort + `","config_file":"` + b.opaConfig + `"}`
+		level = "OPAL_LOG_LEVEL=INFO"
+	}
 	cmd.Env = childEnv(
 		"OPAL_SERVER_URL="+serverURL,
 		"OPAL_CLIENT_API_SERVER_PORT="+apiPort,
-		`OPAL_INLINE_OPA_CONFIG={"addr":"127.0.0.1:`+opaPort+`"}`,
+		inline,
 		"OPAL_DATA_UPDATER_ENABLED=false",
-		"OPAL_LOG_LEVEL=WARNING",
+		"OPAL_OPA_V0_COMPAT=false", // Rego v1, as its peer `opa run` parses
+		"OPAL_LOG_SERIALIZE=true",
+		level,
 	)
 	return b.start("opal-client", cmd, "http://127.0.0.1:"+apiPort+"/ready", "http://127.0.0.1:"+opaPort)
 }
@@ -390,8 +424,12 @@ func (b *bench) startOPA(dir string) (*proc, error) {
 		return nil, err
 	}
 	base := "http://127.0.0.1:" + port
-	cmd := exec.Command(b.opaBin, "run", "--server", "--addr", "127.0.0.1:"+port,
-		"--disable-telemetry", "--log-level", "error", "--bundle", dir)
+	args := []string{"run", "--server", "--addr", "127.0.0.1:" + port,
+		"--disable-telemetry", "--log-level", "error", "--bundle", dir}
+	if b.opaConfig != "" {
+		args = append(args, "--config-file", b.opaConfig)
+	}
+	cmd := exec.Command(b.opaBin, args...)
 	cmd.Env = childEnv()
 	return b.start("opa", cmd, base+"/health?bundles", base)
 }
