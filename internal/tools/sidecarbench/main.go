@@ -113,6 +113,9 @@ func run() error {
 		o.opaBin = filepath.Join(tmp, "opa")
 	}
 	b.clientBin, b.opaBin = o.clientBin, o.opaBin
+	if *memOnly {
+		return b.memBench(os.Stdout, opaVersion)
+	}
 
 	gen := filepath.Join(tmp, "gen")
 	dataBytes, err := writeGenBundle(gen)
