@@ -19,7 +19,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/logging"
@@ -70,6 +72,11 @@ type Store struct {
 	hash     string
 	owned    store.Ownership
 	shutdown bool
+
+	// releasing is set while releaseMemory's goroutine runs; releaseAgain
+	// asks it for one more round.
+	releasing, releaseAgain atomic.Bool
+	freeOSMemory            func() // nil: debug.FreeOSMemory (tests count the calls)
 }
 
 var _ updater.Store = (*Store)(nil)
@@ -298,7 +305,38 @@ func (s *Store) txn(ctx context.Context, f func(storage.Transaction, map[string]
 		return fmt.Errorf("embedded opa commit: %w", err)
 	}
 	s.parser.Forget(func(id string) bool { _, ok := result[id]; return ok })
+	s.releaseMemory()
 	return nil
+}
+
+// releaseMemory hands the heap a policy change freed (above all the
+// previous compiler, as large as the new one) back to the OS, in the
+// background and once per burst of changes. The Go runtime would otherwise
+// keep it resident for minutes: after a series of one-module deltas the
+// agent would sit at the peak of an apply rather than near its live heap.
+// The decisions are served with the new policy already (it is committed).
+func (s *Store) releaseMemory() {
+	if !s.releasing.CompareAndSwap(false, true) {
+		s.releaseAgain.Store(true)
+		return
+	}
+	free := s.freeOSMemory
+	if free == nil {
+		free = debug.FreeOSMemory
+	}
+	go func() {
+		for {
+			free()
+			if s.releaseAgain.Swap(false) {
+				continue
+			}
+			s.releasing.Store(false)
+			// A request between the Swap and the Store is not lost.
+			if !s.releaseAgain.Swap(false) || !s.releasing.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
 }
 
 // modules reads and parses every module in the store (parsed forms are
