@@ -82,6 +82,7 @@ func (b *bench) memBench(w io.Writer, opaVersion string) error {
 	if err != nil {
 		return err
 	}
+	progress("mem: VmRSS after %d deltas %s, OPA fresh %s", *memDeltas, mb(deltas.RSS), mb(fresh.RSS))
 	var refused []refusal
 	for _, e := range endlessBodies {
 		progress("mem: refused endless body (%s) over %d MiB", e.name, *memLimitMB)
@@ -90,6 +91,7 @@ func (b *bench) memBench(w io.Writer, opaVersion string) error {
 			return err
 		}
 		refused = append(refused, r)
+		progress("mem: refused: VmHWM %s, idle VmRSS %s, served %d bytes", mb(r.mem.HWM), mb(r.idle), r.read)
 	}
 
 	fmt.Fprintf(w, "Machine: %d CPUs (%s), %s/%s, %s; OPA %s. Wall time of the run: %.0f s.\n\n",
@@ -189,12 +191,18 @@ func (b *bench) memStartups(name, dir string, pr probe, reps int) (memRow, error
 		return row, err
 	}
 	defer stopSrv()
-	body, err := b.ask(url, probe{method: "GET", path: "/policy"})
+	// The dev server builds a large bundle for each request: more than the
+	// default client's 5 s.
+	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Get(url + "/policy")
 	if err != nil {
 		return row, err
 	}
-	row.bodyBytes = len(body)
-	body = nil
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return row, fmt.Errorf("GET /policy: %d, %v", resp.StatusCode, err)
+	}
+	row.bodyBytes = int(n)
 	limit := "OPAL_POLICY_BUNDLE_MAX_BYTES=" + strconv.Itoa(row.bodyBytes*2)
 	var ourAnswer, opaAnswer []byte
 	for i := range reps {
@@ -238,6 +246,7 @@ func (b *bench) memStartups(name, dir string, pr probe, reps int) (memRow, error
 		if !jsonEqual(ourAnswer, opaAnswer) {
 			return row, fmt.Errorf("%s: the two servers answer differently:\nours %.300s\nopa  %.300s", name, ourAnswer, opaAnswer)
 		}
+		progress("mem %s: ours %s, OPA %s (ready ms / VmHWM MB)", name, memRuns(row.ours), memRuns(row.opa))
 	}
 	return row, nil
 }
