@@ -445,7 +445,7 @@ func (f *Fetcher) readBody(req *http.Request, resp *http.Response, decode func([
 		}
 		return body, decode(b)
 	}
-	sp, err := readSpool(body)
+	sp, err := readSpool(body, f.o.MaxBodyBytes+1)
 	if err != nil {
 		return body, err
 	}
@@ -469,12 +469,13 @@ const (
 
 // readSpool reads r to its end in chunks of growing size (32 KiB doubling
 // to 1 MiB), so a small body costs little and a large one at most 1 MiB
-// more than its size.
-func readSpool(r io.Reader) (*spool, error) {
+// more than its size; no chunk reaches past most bytes in all, so a body
+// cut there costs most bytes.
+func readSpool(r io.Reader, most int64) (*spool, error) {
 	sp := &spool{}
 	size := spoolFirstChunk
 	for {
-		c := make([]byte, size)
+		c := make([]byte, max(min(int64(size), most-int64(sp.n)), 1))
 		n, err := io.ReadFull(r, c)
 		if n > 0 {
 			sp.chunks = append(sp.chunks, c[:n])

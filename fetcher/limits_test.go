@@ -265,7 +265,7 @@ func TestF1_BodyCutIsConnectionError(t *testing.T) {
 // F1: refusing a chunked body over the limit costs the limit, not the
 // doubling growth of a buffer (io.ReadAll, or json.Decoder's buffer, grow by
 // copying to twice the size, with the old copies alive until collected):
-// the bytes allocated while refusing it stay within limit + 2 MiB, whether
+// the bytes allocated while refusing it stay within limit + 256 KiB, whether
 // it is decoded as it streams (Fetch) or read whole (Do). Mutation caught:
 // a chunked body streamed to the decoder unspooled
 // ("if resp.ContentLength >= 0 {" -> "if streaming || resp.ContentLength >= 0 {").
@@ -293,8 +293,8 @@ func TestBodyLimit_RefusedChunkedAllocatesAtMostLimit(t *testing.T) {
 			if !errors.Is(err, ErrBodyTooLarge) {
 				t.Fatalf("err = %v, want ErrBodyTooLarge", err)
 			}
-			if got := after.TotalAlloc - before.TotalAlloc; got > limit+2<<20 {
-				t.Errorf("refusing a body over %d bytes allocated %d bytes, want at most limit + 2 MiB", limit, got)
+			if got := after.TotalAlloc - before.TotalAlloc; got > limit+256<<10 {
+				t.Errorf("refusing a body over %d bytes allocated %d bytes, want at most limit + 256 KiB", limit, got)
 			}
 		})
 	}

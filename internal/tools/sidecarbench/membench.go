@@ -37,7 +37,17 @@ var (
 	memReps    = flag.Int("mem-reps", 3, "start-ups of each binary per memory bundle")
 	memDeltas  = flag.Int("mem-deltas", 100, "one-module deltas on the 1,000-module bundle before VmRSS is read")
 	memLimitMB = flag.Int("mem-refuse-limit-mb", 100, "OPAL_POLICY_BUNDLE_MAX_BYTES (MiB) for the refused endless body")
+	memParts   = flag.String("mem-parts", "apply,big,deltas,refused", "which memory measurements to run")
 )
+
+func memPart(name string) bool {
+	for _, p := range strings.Split(*memParts, ",") {
+		if strings.TrimSpace(p) == name {
+			return true
+		}
+	}
+	return false
+}
 
 // memRow is one bundle's start-ups of both binaries.
 type memRow struct {
@@ -55,6 +65,9 @@ func (b *bench) memBench(w io.Writer, opaVersion string) error {
 		return err
 	}
 	for _, s := range sizes {
+		if !memPart("apply") {
+			break
+		}
 		dir := filepath.Join(b.tmp, fmt.Sprintf("apply-%dmb", s))
 		n, err := writeSizedBundle(dir, 10, s, 1_000_000)
 		if err != nil {
@@ -67,24 +80,35 @@ func (b *bench) memBench(w io.Writer, opaVersion string) error {
 		}
 		rows = append(rows, r)
 	}
-	big := filepath.Join(b.tmp, "big")
-	n, err := writeSizedBundle(big, 5000, 50, 1_000_000)
-	if err != nil {
-		return err
+	var bigRow *memRow
+	if memPart("big") {
+		big := filepath.Join(b.tmp, "big")
+		n, err := writeSizedBundle(big, 5000, 50, 1_000_000)
+		if err != nil {
+			return err
+		}
+		r, err := b.memStartups(fmt.Sprintf("5,000 modules, %.1f MB data", float64(n)/1e6), big,
+			probe{method: "GET", path: "/v1/data/big/m4999/n"}, *memReps)
+		if err != nil {
+			return err
+		}
+		bigRow = &r
 	}
-	bigRow, err := b.memStartups(fmt.Sprintf("5,000 modules, %.1f MB data", float64(n)/1e6), big,
-		probe{method: "GET", path: "/v1/data/big/m4999/n"}, *memReps)
-	if err != nil {
-		return err
+	var deltas, fresh *procMem
+	if memPart("deltas") {
+		progress("mem: %d deltas on the 1,000-module bundle", *memDeltas)
+		d, f, err := b.deltasRSS(*memDeltas)
+		if err != nil {
+			return err
+		}
+		deltas, fresh = &d, &f
+		progress("mem: VmRSS after %d deltas %s, OPA fresh %s", *memDeltas, mb(d.RSS), mb(f.RSS))
 	}
-	progress("mem: %d deltas on the 1,000-module bundle", *memDeltas)
-	deltas, fresh, err := b.deltasRSS(*memDeltas)
-	if err != nil {
-		return err
-	}
-	progress("mem: VmRSS after %d deltas %s, OPA fresh %s", *memDeltas, mb(deltas.RSS), mb(fresh.RSS))
 	var refused []refusal
 	for _, e := range endlessBodies {
+		if !memPart("refused") {
+			break
+		}
 		progress("mem: refused endless body (%s) over %d MiB", e.name, *memLimitMB)
 		r, err := b.refusedBody(int64(*memLimitMB)<<20, e)
 		if err != nil {
@@ -109,20 +133,25 @@ func (b *bench) memBench(w io.Writer, opaVersion string) error {
 		o, p = uint64(median(durs(r.ours, rss))), uint64(median(durs(r.opa, rss)))
 		fmt.Fprintf(w, "| %s | VmRSS after ready | %s | %s | %.2fx | - | - |\n", r.name, mb(o), mb(p), float64(o)/float64(p))
 	}
-	or, pr := time.Duration(median(durs(bigRow.ours, ready))), time.Duration(median(durs(bigRow.opa, ready)))
-	fmt.Fprintf(w, "| %s | start to ready | %s | %s | %.2fx | <= 1.10x | %s |\n",
-		bigRow.name, ms(or), ms(pr), float64(or)/float64(pr), verdict(float64(or) <= 1.1*float64(pr)))
-	o, p := uint64(median(durs(bigRow.ours, hwm))), uint64(median(durs(bigRow.opa, hwm)))
-	fmt.Fprintf(w, "| %s | peak RSS (VmHWM) | %s | %s | %.2fx | - | - |\n", bigRow.name, mb(o), mb(p), float64(o)/float64(p))
-	fmt.Fprintf(w, "| 1,000 modules, 10 MB data | VmRSS after %d one-module deltas (OPA: fresh) | %s | %s | %.2fx | <= 1.00x | %s |\n",
-		*memDeltas, mb(deltas.RSS), mb(fresh.RSS), float64(deltas.RSS)/float64(fresh.RSS), verdict(deltas.RSS <= fresh.RSS))
+	if bigRow != nil {
+		or, pr := time.Duration(median(durs(bigRow.ours, ready))), time.Duration(median(durs(bigRow.opa, ready)))
+		fmt.Fprintf(w, "| %s | start to ready | %s | %s | %.2fx | <= 1.10x | %s |\n",
+			bigRow.name, ms(or), ms(pr), float64(or)/float64(pr), verdict(float64(or) <= 1.1*float64(pr)))
+		o, p := uint64(median(durs(bigRow.ours, hwm))), uint64(median(durs(bigRow.opa, hwm)))
+		fmt.Fprintf(w, "| %s | peak RSS (VmHWM) | %s | %s | %.2fx | - | - |\n", bigRow.name, mb(o), mb(p), float64(o)/float64(p))
+		rows = append(rows, *bigRow)
+	}
+	if deltas != nil {
+		fmt.Fprintf(w, "| 1,000 modules, 10 MB data | VmRSS after %d one-module deltas (OPA: fresh) | %s | %s | %.2fx | <= 1.00x | %s |\n",
+			*memDeltas, mb(deltas.RSS), mb(fresh.RSS), float64(deltas.RSS)/float64(fresh.RSS), verdict(deltas.RSS <= fresh.RSS))
+	}
 	for _, r := range refused {
 		fmt.Fprintf(w, "| endless chunked body (%s), limit %d MiB | agent VmHWM after the refusal (served %.1f MB, %d requests) | %s | - | - | VmHWM - idle VmRSS (%s) <= limit | %s |\n",
 			r.body, *memLimitMB, float64(r.read)/1e6, r.requests, mb(r.mem.HWM), mb(r.idle),
 			verdict(r.mem.HWM-r.idle <= uint64(*memLimitMB)<<20))
 	}
 	fmt.Fprintln(w)
-	for _, r := range append(rows, bigRow) {
+	for _, r := range rows {
 		fmt.Fprintf(w, "- %s: ours %s; OPA %s (ready ms / VmHWM MB)\n", r.name, memRuns(r.ours), memRuns(r.opa))
 	}
 	return nil
