@@ -297,7 +297,8 @@ func copyJSON(v any) any {
 	return v
 }
 
-// NewPlan computes the plan of bundle b against the current state: the ids
+// NewPlan computes the plan of bundle b against the current state (and
+// consumes b's data text, see decodeDataModules): the ids
 // and parsed modules currently in the store (all of them; the plan leaves
 // ignored and system.* ones alone) and the current ownership. It checks data
 // JSON but does not compile.
@@ -453,7 +454,11 @@ func DecodeData(text string) (any, error) {
 
 // decodeDataModules decodes every data module's text, on as many cores as
 // Go runs on: decoding is most of the CPU time of a large bundle's apply.
-// The first bad module in bundle order is the error.
+// Each module's text is emptied once decoded: the caller holds the bundle
+// for the whole apply, and a large bundle's text would otherwise stay alive
+// beside its decoded values (a tenth of the peak for 95 MB of data). A
+// bundle is applied once; applying it again gives a *DataError. The first
+// bad module in bundle order is the error.
 func decodeDataModules(dms []fetcher.DataModule) ([]any, error) {
 	values := make([]any, len(dms))
 	errs := make([]error, len(dms))
@@ -463,6 +468,7 @@ func decodeDataModules(dms []fetcher.DataModule) ([]any, error) {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(dms); i = int(next.Add(1) - 1) {
 				values[i], errs[i] = DecodeData(dms[i].Data)
+				dms[i].Data = ""
 			}
 		})
 	}

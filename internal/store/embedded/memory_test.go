@@ -73,3 +73,20 @@ func TestDataErrorNamesFirstBadModule(t *testing.T) {
 		t.Fatalf("err = %v, want *store.DataError for b", err)
 	}
 }
+
+// An apply empties the bundle's data text once decoded, so a large
+// bundle's text and its decoded values are not both alive while it is
+// applied. Mutation caught: the text left in place.
+func TestApplyReleasesDataText(t *testing.T) {
+	s, o := newStore(t)
+	b := st.Full("h1", map[string]string{"p.rego": "package p\n\nx := data.d.v\n"}, map[string]string{"d": `{"v": 7}`})
+	if err := s.ApplyPolicy(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if b.DataModules[0].Data != "" {
+		t.Errorf("data text still held after the apply: %q", b.DataModules[0].Data)
+	}
+	if got := o.Get("/v1/data/p/x"); got != `{"result":7}` {
+		t.Fatalf("data.p.x = %s", got)
+	}
+}
