@@ -475,24 +475,103 @@ type streamDecoderKey struct{}
 
 // readBody hands a 2xx body to the request's stream decoder, or reads it
 // whole for decode, through a limitedBody: no more than MaxBodyBytes+1 bytes
-// are ever read, so a body over the limit costs at most the limit. The
-// returned limitedBody's err is the read's own failure (ErrBodyTooLarge,
-// declared by Content-Length or met while reading, or the transport's
-// error), which the caller classifies before the decoder's error.
+// are ever read. A body of declared length (Content-Length, at most the
+// limit) is streamed to the decoder, or read into one buffer of that size.
+// A chunked body is first spooled whole in chunks that are never copied nor
+// grown, so refusing one over the limit costs the limit and no more (a
+// decoder's doubling buffer would cost up to twice that); the spool is then
+// decoded, its chunks released as they are consumed. The returned
+// limitedBody's err is the read's own failure (ErrBodyTooLarge, declared or
+// met while reading, or the transport's error), which the caller classifies
+// before the decoder's error.
 func (f *Fetcher) readBody(req *http.Request, resp *http.Response, decode func([]byte) error) (*limitedBody, error) {
 	body := &limitedBody{r: resp.Body, left: f.o.MaxBodyBytes}
 	if resp.ContentLength > f.o.MaxBodyBytes {
 		body.err = ErrBodyTooLarge
 		return body, body.err
 	}
-	if stream, ok := req.Context().Value(streamDecoderKey{}).(streamDecoder); ok {
-		return body, stream(body)
+	stream, streaming := req.Context().Value(streamDecoderKey{}).(streamDecoder)
+	if resp.ContentLength >= 0 {
+		if streaming {
+			return body, stream(body)
+		}
+		b := make([]byte, resp.ContentLength)
+		if _, err := io.ReadFull(body, b); err != nil {
+			return body, err
+		}
+		return body, decode(b)
 	}
-	b, err := io.ReadAll(body)
+	sp, err := readSpool(body, f.o.MaxBodyBytes+1)
 	if err != nil {
 		return body, err
 	}
-	return body, decode(b)
+	if streaming {
+		return body, stream(sp)
+	}
+	return body, decode(sp.bytes())
+}
+
+// spool is a body read whole in chunks; as an io.Reader it yields them in
+// turn and drops each once consumed.
+type spool struct {
+	chunks [][]byte
+	n      int
+}
+
+const (
+	spoolFirstChunk = 32 << 10
+	spoolMaxChunk   = 1 << 20
+)
+
+// readSpool reads r to its end in chunks of growing size (32 KiB doubling
+// to 1 MiB), so a small body costs little and a large one at most 1 MiB
+// more than its size; no chunk reaches past most bytes in all, so a body
+// cut there costs most bytes.
+func readSpool(r io.Reader, most int64) (*spool, error) {
+	sp := &spool{}
+	size := spoolFirstChunk
+	for {
+		c := make([]byte, max(min(int64(size), most-int64(sp.n)), 1))
+		n, err := io.ReadFull(r, c)
+		if n > 0 {
+			sp.chunks = append(sp.chunks, c[:n])
+			sp.n += n
+		}
+		switch err {
+		case nil:
+			size = min(2*size, spoolMaxChunk)
+		case io.EOF, io.ErrUnexpectedEOF: // the end; r's own failures are in limitedBody.err
+			return sp, nil
+		default:
+			return sp, err
+		}
+	}
+}
+
+func (sp *spool) Read(p []byte) (int, error) {
+	for len(sp.chunks) > 0 && len(sp.chunks[0]) == 0 {
+		sp.chunks[0] = nil
+		sp.chunks = sp.chunks[1:]
+	}
+	if len(sp.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, sp.chunks[0])
+	sp.chunks[0] = sp.chunks[0][n:]
+	return n, nil
+}
+
+// bytes joins the chunks into one slice, dropping each as it is copied.
+func (sp *spool) bytes() []byte {
+	if len(sp.chunks) == 1 {
+		return sp.chunks[0]
+	}
+	out := make([]byte, 0, sp.n)
+	for i, c := range sp.chunks {
+		out = append(out, c...)
+		sp.chunks[i] = nil
+	}
+	return out
 }
 
 // limitedBody reads at most left bytes of r. Reading past them fails with

@@ -3,8 +3,11 @@ package fetcher
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -154,7 +157,7 @@ func (e *endless) Close() error { return nil }
 
 // bodyTransport answers every request 200 with a chunked body (no
 // Content-Length), in memory.
-type bodyTransport struct{ body *endless }
+type bodyTransport struct{ body io.ReadCloser }
 
 func (b bodyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: 200, ContentLength: -1, Header: http.Header{}, Body: b.body, Request: r}, nil
@@ -258,3 +261,97 @@ func TestF1_BodyCutIsConnectionError(t *testing.T) {
 		})
 	}
 }
+
+// F1: refusing a chunked body over the limit costs the limit, not the
+// doubling growth of a buffer (io.ReadAll, or json.Decoder's buffer, grow by
+// copying to twice the size, with the old copies alive until collected):
+// the bytes allocated while refusing it stay within limit + 256 KiB, whether
+// it is decoded as it streams (Fetch) or read whole (Do). Mutation caught:
+// a chunked body streamed to the decoder unspooled
+// ("if resp.ContentLength >= 0 {" -> "if streaming || resp.ContentLength >= 0 {").
+func TestBodyLimit_RefusedChunkedAllocatesAtMostLimit(t *testing.T) {
+	const limit = 8 << 20
+	for _, via := range []string{"Fetch", "Do"} {
+		t.Run(via+"/F1_refused_chunked_body_costs_the_limit", func(t *testing.T) {
+			body := &endless{head: `{"manifest":[],"hash":"h","data_modules":[{"path":".","data":"`, fill: strings.Repeat("x", 4096)}
+			r := newRig(t, "http://opal.invalid", func(o *Options) {
+				o.MaxBodyBytes = limit
+				o.HTTPClient = &http.Client{Transport: bodyTransport{body}}
+			})
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			var err error
+			if via == "Fetch" {
+				_, err = r.f.Fetch(context.Background(), Request{})
+			} else {
+				_, err = r.f.Do(context.Background(), func(ctx context.Context) (*http.Request, error) {
+					return http.NewRequestWithContext(ctx, http.MethodGet, "http://opal.invalid/data", nil)
+				}, func([]byte) error { return nil })
+			}
+			runtime.ReadMemStats(&after)
+			if !errors.Is(err, ErrBodyTooLarge) {
+				t.Fatalf("err = %v, want ErrBodyTooLarge", err)
+			}
+			if got := after.TotalAlloc - before.TotalAlloc; got > limit+256<<10 {
+				t.Errorf("refusing a body over %d bytes allocated %d bytes, want at most limit + 256 KiB", limit, got)
+			}
+		})
+	}
+}
+
+// F1: a chunked body within the limit, spooled in several chunks, decodes
+// exactly (Fetch streams the spool, Do gets it joined). Mutation caught:
+// a consumed chunk not advanced ("sp.chunks[0] = sp.chunks[0][n:]" ->
+// "_ = n").
+func TestBodyLimit_ChunkedWithinLimitDecodes(t *testing.T) {
+	var pm []string
+	for i := range 3000 {
+		pm = append(pm, fmt.Sprintf(`{"path":"p%04d.rego","package_name":"p","rego":"package p%04d\n"}`, i, i))
+	}
+	text := `{"manifest":[],"hash":"h","data_modules":[],"policy_modules":[` + strings.Join(pm, ",") + `]}`
+	for _, via := range []string{"Fetch", "Do"} {
+		t.Run(via+"/F1_chunked_body_within_limit_decodes", func(t *testing.T) {
+			body := &endless{head: text, fill: " "}
+			r := newRig(t, "http://opal.invalid", func(o *Options) {
+				o.MaxBodyBytes = int64(len(text))
+				o.HTTPClient = &http.Client{Transport: bodyTransport{&cutBody{body, len(text)}}}
+			})
+			if via == "Fetch" {
+				res, err := fetch(t, r, Request{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := len(res.Bundle.PolicyModules); n != 3000 || res.Bundle.PolicyModules[2999].Path != "p2999.rego" {
+					t.Fatalf("decoded %d modules", n)
+				}
+				return
+			}
+			var got []byte
+			_, err := r.f.Do(context.Background(), func(ctx context.Context) (*http.Request, error) {
+				return http.NewRequestWithContext(ctx, http.MethodGet, "http://opal.invalid/data", nil)
+			}, func(b []byte) error { got = b; return nil })
+			if err != nil || string(got) != text {
+				t.Fatalf("err = %v, body of %d bytes, want the %d sent", err, len(got), len(text))
+			}
+		})
+	}
+}
+
+// cutBody ends r after n bytes.
+type cutBody struct {
+	r *endless
+	n int
+}
+
+func (c *cutBody) Read(p []byte) (int, error) {
+	if int(c.r.read) >= c.n {
+		return 0, io.EOF
+	}
+	if left := c.n - int(c.r.read); len(p) > left {
+		p = p[:left]
+	}
+	return c.r.Read(p)
+}
+
+func (c *cutBody) Close() error { return nil }

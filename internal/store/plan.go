@@ -10,9 +10,12 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -279,7 +282,8 @@ func copyJSON(v any) any {
 	return v
 }
 
-// NewPlan computes the plan of bundle b against the current state: the ids
+// NewPlan computes the plan of bundle b against the current state (and
+// consumes b's data text, see decodeDataModules): the ids
 // and parsed modules currently in the store (all of them; the plan leaves
 // ignored and system.* ones alone) and the current ownership. It checks data
 // JSON but does not compile.
@@ -307,11 +311,12 @@ func NewPlan(b *fetcher.PolicyBundle, current map[string]*ast.Module, owned Owne
 	} else {
 		next = Ownership{}
 	}
-	for _, dm := range b.DataModules {
-		v, err := DecodeData(dm.Data)
-		if err != nil {
-			return nil, &DataError{Dir: dm.Path, Err: err}
-		}
+	values, err := decodeDataModules(b.DataModules)
+	if err != nil {
+		return nil, err
+	}
+	for i, dm := range b.DataModules {
+		v := values[i]
 		dp := DataPath(dm.Path)
 		if len(dp) == 0 {
 			obj, ok := v.(map[string]any)
@@ -432,6 +437,35 @@ func DecodeData(text string) (any, error) {
 	return v, nil
 }
 
+// decodeDataModules decodes every data module's text, on as many cores as
+// Go runs on: decoding is most of the CPU time of a large bundle's apply.
+// Each module's text is emptied once decoded: the caller holds the bundle
+// for the whole apply, and a large bundle's text would otherwise stay alive
+// beside its decoded values (a tenth of the peak for 95 MB of data). A
+// bundle is applied once; applying it again gives a *DataError. The first
+// bad module in bundle order is the error.
+func decodeDataModules(dms []fetcher.DataModule) ([]any, error) {
+	values := make([]any, len(dms))
+	errs := make([]error, len(dms))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(dms)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(dms); i = int(next.Add(1) - 1) {
+				values[i], errs[i] = DecodeData(dms[i].Data)
+				dms[i].Data = ""
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, &DataError{Dir: dms[i].Path, Err: err}
+		}
+	}
+	return values, nil
+}
+
 func pathsOf(ws []DataWrite) [][]string {
 	out := make([][]string, len(ws))
 	for i, w := range ws {
@@ -505,6 +539,9 @@ func (ps *Parser) Parse(id, raw string) (*ast.Module, error) {
 	ps.cache[id] = parsed{raw: raw, mod: m}
 	return m, nil
 }
+
+// Cached returns how many parsed modules the cache holds.
+func (ps *Parser) Cached() int { return len(ps.cache) }
 
 // Forget drops ids no longer in the store from the cache.
 func (ps *Parser) Forget(keep func(id string) bool) {

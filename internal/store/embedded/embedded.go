@@ -17,8 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -87,6 +89,11 @@ type Store struct {
 	owned    store.Ownership
 	loaded   bool // a policy was applied or imported (the plugin status is OK)
 	shutdown bool
+
+	// releasing is set while releaseMemory's goroutine runs; releaseAgain
+	// asks it for one more round.
+	releasing, releaseAgain atomic.Bool
+	freeOSMemory            func() // nil: debug.FreeOSMemory (tests count the calls)
 }
 
 var _ updater.Store = (*Store)(nil)
@@ -411,6 +418,7 @@ func (s *Store) txn(ctx context.Context, f func(storage.Transaction, map[string]
 		return fmt.Errorf("embedded opa commit: %w", err)
 	}
 	s.parser.Forget(func(id string) bool { _, ok := result[id]; return ok })
+	s.releaseMemory()
 	return nil
 }
 
@@ -429,6 +437,36 @@ func (s *Store) checkFileData(p *store.Plan) error {
 		}
 	}
 	return nil
+}
+
+// releaseMemory hands the heap a policy change freed (above all the
+// previous compiler, as large as the new one) back to the OS, in the
+// background and once per burst of changes. The Go runtime would otherwise
+// keep it resident for minutes: after a series of one-module deltas the
+// agent would sit at the peak of an apply rather than near its live heap.
+// The decisions are served with the new policy already (it is committed).
+func (s *Store) releaseMemory() {
+	if !s.releasing.CompareAndSwap(false, true) {
+		s.releaseAgain.Store(true)
+		return
+	}
+	free := s.freeOSMemory
+	if free == nil {
+		free = debug.FreeOSMemory
+	}
+	go func() {
+		for {
+			free()
+			if s.releaseAgain.Swap(false) {
+				continue
+			}
+			s.releasing.Store(false)
+			// A request between the Swap and the Store is not lost.
+			if !s.releaseAgain.Swap(false) || !s.releasing.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
 }
 
 // modules reads and parses every module in the store (parsed forms are

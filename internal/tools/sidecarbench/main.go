@@ -115,6 +115,9 @@ func run() error {
 		o.opaBin = filepath.Join(tmp, "opa")
 	}
 	b.clientBin, b.opaBin = o.clientBin, o.opaBin
+	if *memOnly {
+		return b.memBench(os.Stdout, opaVersion)
+	}
 	if err := b.setupInline(o.inline); err != nil {
 		return err
 	}
