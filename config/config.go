@@ -78,6 +78,12 @@ type Config struct {
 	PubSubMaxMessageBytes int64         // OPAL_PUBSUB_MAX_MESSAGE_BYTES (ours)
 	ScopeID               string        // OPAL_SCOPE_ID
 
+	// Fleet safety (ours): reconnect and resync spread, burst coalescing.
+	PubSubReconnectSpread         time.Duration // OPAL_PUBSUB_RECONNECT_SPREAD (ours)
+	PubSubReconnectMaxWait        time.Duration // OPAL_PUBSUB_RECONNECT_MAX_WAIT (ours)
+	ResyncSpread                  time.Duration // OPAL_RESYNC_SPREAD (ours, 0 = off)
+	PolicyUpdaterMinFetchInterval time.Duration // OPAL_POLICY_UPDATER_MIN_INTERVAL (ours, 0 = off)
+
 	PolicyStoreType                string           // OPAL_POLICY_STORE_TYPE (only OPA)
 	PolicyStoreURL                 string           // OPAL_POLICY_STORE_URL
 	PolicyStoreAuthType            string           // OPAL_POLICY_STORE_AUTH_TYPE: none or token
@@ -146,6 +152,11 @@ type env struct {
 	KeepAliveInterval     *string `envconfig:"OPAL_KEEP_ALIVE_INTERVAL"`
 	PubSubMaxMessageBytes *string `envconfig:"OPAL_PUBSUB_MAX_MESSAGE_BYTES"`
 	ScopeID               *string `envconfig:"OPAL_SCOPE_ID"`
+
+	PubSubReconnectSpread         *string `envconfig:"OPAL_PUBSUB_RECONNECT_SPREAD"`
+	PubSubReconnectMaxWait        *string `envconfig:"OPAL_PUBSUB_RECONNECT_MAX_WAIT"`
+	ResyncSpread                  *string `envconfig:"OPAL_RESYNC_SPREAD"`
+	PolicyUpdaterMinFetchInterval *string `envconfig:"OPAL_POLICY_UPDATER_MIN_INTERVAL"`
 
 	PolicyStoreType                *string `envconfig:"OPAL_POLICY_STORE_TYPE"`
 	PolicyStoreURL                 *string `envconfig:"OPAL_POLICY_STORE_URL"`
@@ -394,6 +405,11 @@ func parse(e *env) (*Config, error) {
 	c.KeepAliveInterval = time.Duration(p.integer("KEEP_ALIVE_INTERVAL", e.KeepAliveInterval, 0, 0, math.MaxInt32)) * time.Second
 	c.PubSubMaxMessageBytes = p.integer("PUBSUB_MAX_MESSAGE_BYTES", e.PubSubMaxMessageBytes, DefaultPubSubMaxMessageBytes, 1, math.MaxInt64)
 
+	c.PubSubReconnectSpread = p.duration("PUBSUB_RECONNECT_SPREAD", e.PubSubReconnectSpread, 15*time.Second, true)
+	c.PubSubReconnectMaxWait = p.duration("PUBSUB_RECONNECT_MAX_WAIT", e.PubSubReconnectMaxWait, 55*time.Second, true)
+	c.ResyncSpread = p.duration("RESYNC_SPREAD", e.ResyncSpread, 55*time.Second, false)
+	c.PolicyUpdaterMinFetchInterval = p.duration("POLICY_UPDATER_MIN_INTERVAL", e.PolicyUpdaterMinFetchInterval, 500*time.Millisecond, false)
+
 	c.PolicyStoreType = strings.ToUpper(get(e.PolicyStoreType, "OPA"))
 	if c.PolicyStoreType != "OPA" {
 		p.fail("POLICY_STORE_TYPE", c.PolicyStoreType, "OPA", notSupported(c.PolicyStoreType, "CEDAR", "MOCK"))
@@ -627,6 +643,10 @@ func (c *Config) Masked() map[string]any {
 		"OPAL_HTTP_FETCHER_TIMEOUT":                      c.HTTPFetcherTimeout.Seconds(),
 		"OPAL_KEEP_ALIVE_INTERVAL":                       int(c.KeepAliveInterval / time.Second),
 		"OPAL_PUBSUB_MAX_MESSAGE_BYTES":                  c.PubSubMaxMessageBytes,
+		"OPAL_PUBSUB_RECONNECT_SPREAD":                   c.PubSubReconnectSpread.Seconds(),
+		"OPAL_PUBSUB_RECONNECT_MAX_WAIT":                 c.PubSubReconnectMaxWait.Seconds(),
+		"OPAL_RESYNC_SPREAD":                             c.ResyncSpread.Seconds(),
+		"OPAL_POLICY_UPDATER_MIN_INTERVAL":               c.PolicyUpdaterMinFetchInterval.Seconds(),
 		"OPAL_SCOPE_ID":                                  c.ScopeID,
 		"OPAL_POLICY_STORE_TYPE":                         c.PolicyStoreType,
 		"OPAL_POLICY_STORE_URL":                          redactURL(c.PolicyStoreURL),
