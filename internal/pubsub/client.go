@@ -226,9 +226,17 @@ func (r *Reconnect) Next(up time.Duration, err error) time.Duration {
 		r.failures = 0
 		d = backoff.Full(MinBackoff, r.Spread, r.Rand())
 	case r.connected:
-		// Reconnecting (or flapping): grow from the spread, capped.
+		// Reconnecting (or flapping): grow from the spread, capped. The
+		// first wait at the cap is drawn over the whole cap, so the
+		// phases of a fleet that dropped together cover the cadence; the
+		// later ones stay near the cap (few attempts, a bounded return).
 		r.failures++
-		d = backoff.Narrow(backoff.Exponential(r.Spread, r.failures, r.MaxWait), r.Rand())
+		step := backoff.Exponential(r.Spread, r.failures, r.MaxWait)
+		if step == r.MaxWait && backoff.Exponential(r.Spread, r.failures-1, r.MaxWait) < r.MaxWait {
+			d = backoff.Full(MinBackoff, step, r.Rand())
+		} else {
+			d = backoff.Narrow(step, r.Rand())
+		}
 	default:
 		// Never connected yet: start-up is quick, then grows.
 		r.failures++

@@ -498,6 +498,10 @@ func TestReconnectSchedule(t *testing.T) {
 		{"first_failure_after_drop", 1, drop, 0, errors.New("refused"), 15 * s},
 		{"first_failure_after_drop_narrow_floor", 0, drop, 0, errors.New("refused"), 13500 * time.Millisecond},
 		{"third_failure_capped", 1, func(r *Reconnect) { drop(r); r.Next(0, nil); r.Next(0, nil) }, 0, errors.New("refused"), 55 * s},
+		// The first capped wait (third failure) spans the whole cap; the
+		// next ones stay within [0.9 cap, cap].
+		{"first_capped_wait_full", 0, func(r *Reconnect) { drop(r); r.Next(0, nil); r.Next(0, nil) }, 0, errors.New("refused"), MinBackoff},
+		{"later_capped_wait_narrow", 0, func(r *Reconnect) { drop(r); r.Next(0, nil); r.Next(0, nil); r.Next(0, nil) }, 0, errors.New("refused"), 49500 * time.Millisecond},
 		// Mutation: the start-up backoff not capped (120 s).
 		{"startup_capped_at_max_wait", 1, func(r *Reconnect) {
 			for range 30 {
