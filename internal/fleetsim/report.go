@@ -173,7 +173,7 @@ func WriteSVG(w io.Writer, sc Scenario, rs []Result, span time.Duration) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" viewBox="0 0 %g %g" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%g" y="20" font-size="14">Scenario (%s): %s; %d agents; server requests per second</text>`+"\n", left, sc.Name, xmlEscape(sc.Title), agentsOf(rs))
+	fmt.Fprintf(&b, `<text x="%g" y="20" font-size="14">Scenario (%s): %s; %d agents; server requests per second (all kinds)</text>`+"\n", left, sc.Name, xmlEscape(sc.Title), agentsOf(rs))
 	// Axes, grid and ticks.
 	ticks := []int{0}
 	for e := 0.0; e < ymax; e++ {
