@@ -126,6 +126,12 @@ type Config struct {
 	StatisticsAddClientChannel string // OPAL_STATISTICS_ADD_CLIENT_CHANNEL
 	ClientStatID               string // OPAL_OPAL_CLIENT_STAT_ID (the Python name, doubled prefix included); empty: a random CLIENT_<hex> per process
 
+	// Fleet safety (ours): reconnect and resync spread, burst coalescing.
+	PubSubReconnectSpread         time.Duration // OPAL_PUBSUB_RECONNECT_SPREAD (ours)
+	PubSubReconnectMaxWait        time.Duration // OPAL_PUBSUB_RECONNECT_MAX_WAIT (ours)
+	ResyncSpread                  time.Duration // OPAL_RESYNC_SPREAD (ours, 0 = off)
+	PolicyUpdaterMinFetchInterval time.Duration // OPAL_POLICY_UPDATER_MIN_INTERVAL (ours, 0 = off)
+
 	// UvicornPort is UVICORN_PORT, the Python image's API port; 0 when unset.
 	// When set, ClientAPIServerPort is this.
 	UvicornPort int

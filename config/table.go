@@ -115,6 +115,20 @@ var settings = []setting{
 			c.PubSubMaxMessageBytes = p.integer(v, DefaultPubSubMaxMessageBytes, 1, math.MaxInt64)
 		},
 		show: func(c *Config) any { return c.PubSubMaxMessageBytes }},
+	{name: "OPAL_PUBSUB_RECONNECT_SPREAD", section: "server", def: "`15`", origin: ours,
+		doc: "seconds > 0: the first reconnect after an established connection ends waits uniformly in [0.1 s, this]; " +
+			"later failures grow from it ([outages.md](outages.md)). The Python client reconnects at once",
+		parse: func(p *parser, v *string, c *Config) { c.PubSubReconnectSpread = p.duration(v, 15*time.Second, true) },
+		show:  func(c *Config) any { return c.PubSubReconnectSpread.Seconds() }},
+	{name: "OPAL_PUBSUB_RECONNECT_MAX_WAIT", section: "server", def: "`55`", origin: ours,
+		doc:   "seconds > 0: cap of every wait between connection attempts, so an agent is back at most this long after the server",
+		parse: func(p *parser, v *string, c *Config) { c.PubSubReconnectMaxWait = p.duration(v, 55*time.Second, true) },
+		show:  func(c *Config) any { return c.PubSubReconnectMaxWait.Seconds() }},
+	{name: "OPAL_RESYNC_SPREAD", section: "server", def: "`55`", origin: ours,
+		doc: "seconds >= 0: an agent that holds a policy runs a reconnect's resync (full policy update, base data reload) " +
+			"at a random moment of [loss + RECONNECT_SPREAD, + this]; at once without a policy, or with `0`",
+		parse: func(p *parser, v *string, c *Config) { c.ResyncSpread = p.duration(v, 55*time.Second, false) },
+		show:  func(c *Config) any { return c.ResyncSpread.Seconds() }},
 
 	{name: "OPAL_STATISTICS_ENABLED", section: "server", def: "`false`",
 		doc: "bool: after every subscribe, publish `{\"topics\":[...],\"client_id\":...,\"rpc_id\":<this connection's channel id>}` " +
@@ -167,7 +181,7 @@ var settings = []setting{
 		show: func(c *Config) any { return strings.Join(c.PolicySubscriptionDirs, ":") }},
 	{name: "OPAL_POLICY_UPDATER_CONN_RETRY", section: "policy",
 		def: "`{\"wait_strategy\":\"random_exponential\",\"max_wait\":10,\"attempts\":5,\"wait_time\":1}`",
-		doc: "backoff of one bundle fetch (F5)",
+		doc: "backoff of one bundle fetch (F5); no wait below 100 ms and at most 20 attempts (raised/lowered with a WARNING at start, F4)",
 		parse: func(p *parser, v *string, c *Config) {
 			c.PolicyUpdaterConnRetry = p.retry(v, DefaultPolicyUpdaterConnRetry())
 		},
@@ -200,11 +214,19 @@ var settings = []setting{
 		},
 		show: func(c *Config) any { return c.PolicyBundleMaxBytes }},
 	{name: "OPAL_POLICY_FETCH_ATTEMPT_TIMEOUT", section: "policy", def: "`30`", origin: ours,
-		doc: "seconds > 0 for one attempt, **body included**: a server that sends headers and stalls is a (retryable) timeout",
+		doc: "seconds > 0 for one attempt, **body included**: a server that sends headers and stalls is a (retryable) timeout; " +
+			"the whole fetch ends within the F7 bound plus one such timeout",
 		parse: func(p *parser, v *string, c *Config) {
 			c.PolicyFetchAttemptTimeout = p.duration(v, 30*time.Second, true)
 		},
 		show: func(c *Config) any { return c.PolicyFetchAttemptTimeout.Seconds() }},
+	{name: "OPAL_POLICY_UPDATER_MIN_INTERVAL", section: "policy", def: "`0.5`", origin: ours,
+		doc: "seconds >= 0 between the starts of two policy fetches: a notification burst is coalesced into the waiting " +
+			"request (the first after a quiet period is fetched at once, the last always applied); `0` fetches back to back",
+		parse: func(p *parser, v *string, c *Config) {
+			c.PolicyUpdaterMinFetchInterval = p.duration(v, 500*time.Millisecond, false)
+		},
+		show: func(c *Config) any { return c.PolicyUpdaterMinFetchInterval.Seconds() }},
 
 	// Data updater.
 	{name: "OPAL_DATA_UPDATER_ENABLED", section: "data", def: "`true`", doc: "bool",

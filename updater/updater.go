@@ -75,6 +75,12 @@ type Options struct {
 	// OnTransaction, if set, sees every policy update's outcome (health,
 	// readiness, metrics). It runs on the queue's goroutine: keep it short.
 	OnTransaction func(Transaction)
+	// MinInterval (OPAL_POLICY_UPDATER_MIN_INTERVAL) is the least time
+	// between the starts of two policy fetches: a burst of notifications is
+	// coalesced into the queued policy request while it waits, so the
+	// first notification after a quiet period is fetched at once, the last
+	// one of a burst always by a trailing fetch. 0 fetches back to back.
+	MinInterval time.Duration
 }
 
 // Reasons a policy request was queued; merged requests keep all of them.
@@ -130,6 +136,8 @@ type Updater struct {
 	log   *slog.Logger
 
 	wake chan struct{} // buffered 1: "the queue is not empty"
+
+	lastPolicy time.Time // start of the last policy fetch (Run's goroutine only)
 
 	mu      sync.Mutex
 	queue   []*item
@@ -292,6 +300,16 @@ func (u *Updater) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
+		if d := u.policyHold(); d > 0 {
+			// Requests arriving meanwhile merge into the waiting policy one.
+			t := u.clk.Timer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			continue
+		}
 		it := u.pop()
 		if it == nil {
 			select {
@@ -314,6 +332,21 @@ func (u *Updater) Run(ctx context.Context) error {
 		return nil
 	}
 	return ctx.Err()
+}
+
+// policyHold is how long a policy request at the head of the queue must
+// still wait for MinInterval since the last policy fetch began (0: none).
+func (u *Updater) policyHold() time.Duration {
+	if u.o.MinInterval <= 0 || u.lastPolicy.IsZero() {
+		return 0
+	}
+	u.mu.Lock()
+	head := len(u.queue) > 0 && u.queue[0].isPolicy()
+	u.mu.Unlock()
+	if !head {
+		return 0
+	}
+	return u.lastPolicy.Add(u.o.MinInterval).Sub(u.clk.Now())
 }
 
 // Stop makes Run return, drops what is queued, refuses later requests, and
@@ -339,7 +372,8 @@ func (u *Updater) runData(ctx context.Context, it *item) {
 // runPolicy is one policy update (U2): read the hash (F11), fetch, apply,
 // report, and feed the outcome to the scheduler.
 func (u *Updater) runPolicy(ctx context.Context, it *item) {
-	tx := Transaction{Type: TypePolicy, Actions: []string{"set_policies"}, Created: u.clk.Now()}
+	u.lastPolicy = u.clk.Now()
+	tx := Transaction{Type: TypePolicy, Actions: []string{"set_policies"}, Created: u.lastPolicy}
 	base := ""
 	if !it.force {
 		h, err := u.store.PolicyHash(ctx)

@@ -32,6 +32,7 @@ import (
 	"github.com/opal-go/opal-client/internal/api"
 	"github.com/opal-go/opal-client/internal/metrics"
 	"github.com/opal-go/opal-client/internal/pubsub"
+	"github.com/opal-go/opal-client/internal/resync"
 	"github.com/opal-go/opal-client/internal/status"
 	"github.com/opal-go/opal-client/internal/store/embedded"
 	"github.com/opal-go/opal-client/internal/store/oparest"
@@ -129,7 +130,8 @@ type Agent struct {
 	tracker *status.Tracker
 	metrics *metrics.Metrics
 	ps      *pubsub.Client // nil when there is nothing to subscribe to
-	data    DataUpdater    // read through dataUpdater: replaced on enable (offline.go)
+	resync  *resync.Spreader
+	data    DataUpdater // read through dataUpdater: replaced on enable (offline.go)
 	apiLn   net.Listener
 	apiSrv  *http.Server
 	off     offline // offline mode (offline.go)
@@ -219,7 +221,11 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 		Clock:         o.Clock,
 		Logger:        a.log,
 		OnTransaction: a.onTransaction,
+		MinInterval:   cfg.PolicyUpdaterMinFetchInterval, // coalesces notification bursts
 	})
+	// A reconnect's resync is spread when a policy is already held (fleet).
+	a.resync = resync.New(resync.Options{After: cfg.PubSubReconnectSpread, Window: cfg.ResyncSpread,
+		Clock: o.Clock, Rand: o.Rand, Resync: a.resyncNow})
 
 	if cfg.DataUpdaterEnabled && o.NewDataUpdater != nil {
 		a.dataDeps = DataDeps{
@@ -356,11 +362,16 @@ func (a *Agent) newPubSub() {
 		OnState:         a.onPubSubState,
 		KeepAlive:       a.cfg.KeepAliveInterval,
 		MaxMessageBytes: a.cfg.PubSubMaxMessageBytes,
-		Clock:           a.o.Clock,
-		Rand:            a.o.Rand,
-		Logger:          a.log,
-		Dialer:          a.o.Dialer,
-		Statistics:      statistics(a.cfg),
+		// Fleet: spread and cap reconnects; a refused handshake's
+		// Retry-After under the cap of fetches.
+		ReconnectSpread:  a.cfg.PubSubReconnectSpread,
+		ReconnectMaxWait: a.cfg.PubSubReconnectMaxWait,
+		MaxRetryAfter:    a.cfg.PolicyUpdaterMaxRetryAfter,
+		Clock:            a.o.Clock,
+		Rand:             a.o.Rand,
+		Logger:           a.log,
+		Dialer:           a.o.Dialer,
+		Statistics:       statistics(a.cfg),
 	})
 }
 
@@ -383,12 +394,21 @@ func (a *Agent) onPubSubState(connected bool) {
 	a.tracker.PubSubState(connected)
 	if !connected && !a.shuttingDown() { // guard: mutation "if false {" leaves a lost server unnoticed by staleness and max age
 		a.tracker.Lost(a.clk.Now())
+		if a.resync != nil { // nil in unit tests built without New
+			a.resync.Lost(a.clk.Now())
+		}
 	}
 }
 
-// onConnect runs once per (re)connect: exactly one full-update trigger
-// (D5, D6) and the data updater's base-data reload.
+// onConnect runs once per (re)connect: its resync, at once or spread when
+// a policy is already held (internal/resync).
 func (a *Agent) onConnect() {
+	a.resync.Connected(a.serving())
+}
+
+// resyncNow is a connect's resync: exactly one full-update trigger
+// (D5, D6) and the data updater's base-data reload.
+func (a *Agent) resyncNow() {
 	if a.cfg.PolicyUpdaterEnabled {
 		a.metrics.UpdateRequested("connect")
 		a.queue.Connect()
@@ -498,6 +518,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	// Stop taking events: the socket closes before anything else stops.
 	a.stopPubSub(true)
+	a.resync.Stop()
 	a.stopData(true)
 	// The update in progress sees the cancellation and finishes or aborts
 	// its store transaction; Stop waits for it and drops what is queued.

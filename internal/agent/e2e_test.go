@@ -76,7 +76,11 @@ func start(t *testing.T, srv *testServer, env map[string]string, opts ...func(*O
 		"OPAL_POLICY_UPDATER_CONN_RETRY":      `{"wait_strategy":"fixed","wait_time":0.1,"attempts":2}`,
 		"OPAL_POLICY_UPDATER_MAX_RETRY_AFTER": "1",
 		"OPAL_POLICY_FETCH_ATTEMPT_TIMEOUT":   "5",
-		"OPAL_LOG_LEVEL":                      "DEBUG",
+		// Real time: reconnect quickly and resync at once (the fleet spread
+		// is tested on virtual time in internal/fleetsim).
+		"OPAL_PUBSUB_RECONNECT_SPREAD": "0.2",
+		"OPAL_RESYNC_SPREAD":           "0",
+		"OPAL_LOG_LEVEL":               "DEBUG",
 	}
 	for k, v := range env {
 		vars[k] = v

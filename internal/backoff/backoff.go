@@ -16,6 +16,9 @@
 //	      keeps at least half the escalation.
 //	Up    uniform in [h, h+min(h, ceiling-h)]: a server's Retry-After h; never
 //	      earlier than the server asked, never past the ceiling.
+//	Narrow uniform in [0.9d, d]: the reconnect cadence of a long outage; the
+//	      wait stays near d (few attempts, a bounded return) while phases
+//	      that an earlier spread set apart keep drifting.
 package backoff
 
 import (
@@ -73,6 +76,12 @@ func Full(floor, d time.Duration, r float64) time.Duration {
 func Half(d time.Duration, r float64) time.Duration {
 	half := d / 2
 	return half + time.Duration(Unit(r)*float64(d-half))
+}
+
+// Narrow draws uniformly in [0.9d, d].
+func Narrow(d time.Duration, r float64) time.Duration {
+	lo := d - d/10
+	return lo + time.Duration(Unit(r)*float64(d-lo))
 }
 
 // Up spreads a server hint h upward within ceiling: uniformly in

@@ -58,6 +58,8 @@ func TestJitterConventions(t *testing.T) {
 		// Mutation "!(r >= 0)" -> "r < 0": NaN makes the wait negative.
 		{"half_nan_draw_is_half", Half(5*s, math.NaN()), 2500 * ms},
 		{"full_negative_draw_is_floor", Full(100*ms, 400*ms, -3), 100 * ms},
+		{"narrow_zero_draw_is_nine_tenths", Narrow(50*s, 0), 45 * s},
+		{"narrow_top_draw_is_step", Narrow(50*s, 1), 50 * s},
 		{"up_zero_draw_is_hint", Up(8*s, 60*s, 0), 8 * s},
 		{"up_top_draw_doubles_small_hint", Up(8*s, 60*s, 1), 16 * s},
 		// Mutation "min(h, ceiling-h)" -> "h": the spread passes the ceiling.

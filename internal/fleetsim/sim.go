@@ -1,21 +1,32 @@
-// Package fleetsim simulates a fleet of agents against one OPAL server during
-// an outage (issue 8): N agents, one in-memory server whose answers follow a
-// scenario's phases, and a virtual clock. Our agents run the project's real
-// code, unchanged: fetcher (classification F1, waits F4, whole-fetch bound F7)
-// behind an in-memory http.RoundTripper, scheduler (D1-D8), and the serial
-// update queue (updater) writing an internal/memstore store. The peers'
-// published retry behaviour (the Python OPAL client on master and OPA's
-// bundle downloader) runs beside it as baselines, modelled from their source.
+// Package fleetsim simulates a fleet of agents against one OPAL server
+// during an event (an outage, a restart, a notification burst): N agents,
+// one in-memory server whose answers follow a scenario's phases, and a
+// virtual clock. Our agents run the project's real code, unchanged: fetcher
+// (classification F1, waits F4, bound F7) behind an in-memory
+// http.RoundTripper, scheduler (D1-D8), the serial update queue (updater,
+// with its burst interval) writing an internal/memstore store, the pub/sub
+// reconnect schedule (pubsub.Reconnect) and the connect resync spread
+// (internal/resync). The peers' published behaviour (the Python OPAL client
+// on master and OPA's bundle downloader) runs beside it, modelled from their
+// source.
+//
+// The server is honest: it may have a capacity of C policy answers per
+// second (beyond it a 503 without Retry-After, or, in the queueing variant,
+// a late answer); it counts WebSocket handshakes and data requests
+// (/data/config and one source per connect) beside /policy, and the bytes
+// of each answer; its sockets drop when it goes down or restarts, and it
+// refuses handshakes while down.
 //
 // Run needs virtual time: call it inside a testing/synctest bubble, where
-// clock.New() and every timer are virtual, so 30 simulated minutes of 10,000
-// agents take seconds. On a real clock it would take the simulated time.
+// clock.New() and every timer are virtual.
 package fleetsim
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -30,6 +41,7 @@ import (
 	"github.com/opal-go/opal-client/fetcher"
 	"github.com/opal-go/opal-client/internal/memstore"
 	"github.com/opal-go/opal-client/internal/pubsub"
+	"github.com/opal-go/opal-client/internal/resync"
 	"github.com/opal-go/opal-client/scheduler"
 	"github.com/opal-go/opal-client/updater"
 )
@@ -40,21 +52,23 @@ type Policy int
 // The simulated policies, in table order.
 const (
 	Ours         Policy = iota // this project at its defaults
-	OursNoJitter               // the same with the deferral jitter (D2) and the Retry-After spread (F4) off
+	OursNoJitter               // the same with every jitter and spread off
 	PythonOPAL                 // the Python client on master (protocol §8)
 	OPABundle                  // OPA's bundle downloader, polling
-	// OursOneAttempt is ours with OPAL_POLICY_UPDATER_CONN_RETRY attempts=1:
-	// a configuration, not the default, shown because every fetch then
-	// defers through the jittered scheduler instead of retrying in-fetch.
+	// OursOneAttempt is ours with OPAL_POLICY_UPDATER_CONN_RETRY attempts=1
+	// (a configuration): every fetch defers through the scheduler.
 	OursOneAttempt
 	// OursMaxRetryAfter120 is ours with OPAL_POLICY_UPDATER_MAX_RETRY_AFTER
-	// 120: a configuration, not the default, shown because it is the
-	// operator's lever on D3's flat cadence (fewer requests, slower recovery).
+	// 120 (a configuration): the operator's lever on D3's flat cadence.
 	OursMaxRetryAfter120
 )
 
 // Policies lists every Policy, in table order.
 var Policies = []Policy{Ours, OursNoJitter, OursOneAttempt, OursMaxRetryAfter120, PythonOPAL, OPABundle}
+
+// CorePolicies are the rows run at a limited capacity: ours, ours without
+// jitter (the control of T4) and the two peers.
+var CorePolicies = []Policy{Ours, OursNoJitter, PythonOPAL, OPABundle}
 
 func (p Policy) String() string {
 	switch p {
@@ -74,28 +88,35 @@ func (p Policy) String() string {
 	return "unknown"
 }
 
-// Phase is one stretch of the outage: until Until (from the start) the
+// Phase is one stretch of the event: until Until (from the start) the
 // server answers every policy request with Status and, when set, the
-// Retry-After header RetryAfter.
+// Retry-After header RetryAfter. Down means the server is unreachable:
+// connections are refused (handshakes and requests alike).
 type Phase struct {
 	Until      time.Duration
 	Status     int
 	RetryAfter string
+	Down       bool
 }
 
-// Scenario is one outage. The server's policy hash changes at the start; it
-// can serve the new policy only after the last phase (the recovery).
+// Scenario is one event. The server's policy hash changes at the start;
+// it serves the new policy only after the last phase (the recovery).
 type Scenario struct {
 	Name   string // short id: a, b, ...
 	Title  string
 	Phases []Phase
 	// Tail is how long the simulation runs after the recovery.
 	Tail time.Duration
-	// Notify publishes a policy notification at the recovery. Without it
-	// agents must recover on their own: that is the point of most scenarios.
+	// Notify publishes a policy notification at the recovery.
 	Notify bool
-	// HintRetryAfter is the Retry-After the target "every agent within
-	// max(Retry-After, 60 s) + 60 s of recovery" uses; 0 if none.
+	// Drop drops every socket at the start (a restart or a crash).
+	Drop bool
+	// Burst publishes this many notifications, evenly over BurstOver from
+	// the start, each with a new policy hash (the last one is the new
+	// policy every agent must end with).
+	Burst     int
+	BurstOver time.Duration
+	// HintRetryAfter is the Retry-After of the phases, 0 if none.
 	HintRetryAfter time.Duration
 }
 
@@ -110,34 +131,90 @@ func (s Scenario) Recovery() time.Duration {
 // End is when the simulation stops.
 func (s Scenario) End() time.Duration { return s.Recovery() + s.Tail }
 
-// Scenarios are the outages of issue 8, (a) to (e), plus (d+): (d) with the
-// notification a server publishes once the branch resolves.
+// Scenarios are the events. Each outage begins with the server's restart
+// (every socket drops; the new instance accepts handshakes at once unless
+// Down): the outages (a) to (e) and (d+), the clone as
+// the real server answers it (a0), a restart (r), a long unreachable server
+// (s), and a notification burst (n).
 func Scenarios() []Scenario {
 	const tail = 10 * time.Minute
 	return []Scenario{
 		{Name: "a", Title: "clone: 503 Retry-After 30 for 45 s, then serves",
-			Phases: []Phase{{45 * time.Second, http.StatusServiceUnavailable, "30"}}, Tail: tail, HintRetryAfter: 30 * time.Second},
+			Phases: []Phase{{Until: 45 * time.Second, Status: http.StatusServiceUnavailable, RetryAfter: "30"}}, Tail: tail, HintRetryAfter: 30 * time.Second, Drop: true},
+		{Name: "a0", Title: "clone as the real server answers it: 503 without Retry-After for 45 s",
+			Phases: []Phase{{Until: 45 * time.Second, Status: http.StatusServiceUnavailable}}, Tail: tail, Drop: true},
 		{Name: "b", Title: "503 Retry-After 5 for 20 min",
-			Phases: []Phase{{20 * time.Minute, http.StatusServiceUnavailable, "5"}}, Tail: tail, HintRetryAfter: 5 * time.Second},
+			Phases: []Phase{{Until: 20 * time.Minute, Status: http.StatusServiceUnavailable, RetryAfter: "5"}}, Tail: tail, HintRetryAfter: 5 * time.Second, Drop: true},
 		{Name: "c", Title: "503 without Retry-After for 20 min",
-			Phases: []Phase{{20 * time.Minute, http.StatusServiceUnavailable, ""}}, Tail: tail},
+			Phases: []Phase{{Until: 20 * time.Minute, Status: http.StatusServiceUnavailable}}, Tail: tail, Drop: true},
 		{Name: "d", Title: "409 for 5 min, then ready (no notification)",
-			Phases: []Phase{{5 * time.Minute, http.StatusConflict, ""}}, Tail: tail},
+			Phases: []Phase{{Until: 5 * time.Minute, Status: http.StatusConflict}}, Tail: tail, Drop: true},
 		{Name: "d+", Title: "409 for 5 min, then ready with a policy notification",
-			Phases: []Phase{{5 * time.Minute, http.StatusConflict, ""}}, Tail: tail, Notify: true},
+			Phases: []Phase{{Until: 5 * time.Minute, Status: http.StatusConflict}}, Tail: tail, Notify: true, Drop: true},
 		{Name: "e", Title: "503 without Retry-After for 5 min, then Retry-After 99999 for 10 min",
 			Phases: []Phase{
-				{5 * time.Minute, http.StatusServiceUnavailable, ""},
-				{15 * time.Minute, http.StatusServiceUnavailable, "99999"},
-			}, Tail: tail},
+				{Until: 5 * time.Minute, Status: http.StatusServiceUnavailable},
+				{Until: 15 * time.Minute, Status: http.StatusServiceUnavailable, RetryAfter: "99999"},
+			}, Tail: tail, Drop: true},
+		{Name: "r", Title: "restart: every socket drops, healthy at once with a changed policy",
+			Tail: 3 * time.Minute, Drop: true},
+		{Name: "s", Title: "unreachable for 20 min (sockets drop), back with a changed policy",
+			Phases: []Phase{{Until: 20 * time.Minute, Down: true}}, Tail: 5 * time.Minute, Drop: true},
+		{Name: "n", Title: "burst: 1,000 notifications in 1 s, each a new policy",
+			Tail: 2 * time.Minute, Burst: 1000, BurstOver: time.Second},
 	}
+}
+
+// RunSpec is one row of a scenario's table.
+type RunSpec struct {
+	Policy   Policy
+	Capacity int
+	Queue    bool
+}
+
+// RunsOf lists the rows simulated for sc: every policy against an
+// unlimited server, the core policies at TargetCapacity, and, for the
+// restart, the core policies against a server that queues instead.
+func RunsOf(sc Scenario) []RunSpec {
+	var out []RunSpec
+	for _, p := range CorePolicies {
+		out = append(out, RunSpec{Policy: p, Capacity: TargetCapacity})
+	}
+	if sc.Name == "r" {
+		for _, p := range CorePolicies {
+			out = append(out, RunSpec{Policy: p, Capacity: TargetCapacity, Queue: true})
+		}
+	}
+	policies := Policies
+	if sc.Burst > 0 || sc.Name == "r" || sc.Name == "s" {
+		policies = CorePolicies // the configuration rows are about outages' cadence
+	}
+	for _, p := range policies {
+		out = append(out, RunSpec{Policy: p})
+	}
+	return out
 }
 
 // Config sizes a run.
 type Config struct {
 	Agents int    // 0 means 10,000
 	Seed   uint64 // seeds every agent's random source
+	// Capacity is the server's policy answers per second; 0 is unlimited.
+	// Handshakes and data requests are counted, not limited: building a
+	// bundle is the server's costly work.
+	Capacity int
+	// Queue makes a server over capacity answer late (at its next free
+	// slot) instead of with a 503 without Retry-After.
+	Queue bool
 }
+
+// Request kinds, counted apart.
+const (
+	kindPolicy = iota
+	kindHandshake
+	kindData
+	nKinds
+)
 
 // Result holds one policy's figures for one scenario. Durations are on the
 // virtual clock; times "to N%" run from the recovery and are -1 when never
@@ -146,22 +223,36 @@ type Result struct {
 	Scenario string
 	Policy   Policy
 	Agents   int
-	// OutageRequests is the requests per agent before the recovery.
-	OutageRequests float64
-	// PeakRPS is the largest count of requests in a 1 s window of the run.
-	PeakRPS int
+	Capacity int
+	Queue    bool
+	// OutageRequests is the policy requests per agent before the recovery;
+	// OutageHandshakes the handshake attempts per agent.
+	OutageRequests, OutageHandshakes float64
+	// PeakRPS is the largest count of requests of every kind offered in a
+	// 1 s window of the run; PeakPolicy of policy requests alone.
+	PeakRPS, PeakPolicy int
 	// RecoveryPeak and RecoveryMean are the largest 1 s count and the mean
-	// per second from the recovery until the last agent holds the new
-	// policy (or the end of the run if some never do).
+	// per second of every kind, from the recovery until the last agent
+	// holds the new policy (or the end).
 	RecoveryPeak int
 	RecoveryMean float64
 	T50, T99     time.Duration
 	T100         time.Duration
 	Stale        int // agents without the new policy at the end
-	// LateRate is requests per agent per minute in the last 5 minutes of an
-	// outage of 10 minutes or more (the flat cadence); -1 otherwise.
+	// LateRate is policy requests per agent per minute in the last 5
+	// minutes of an outage of 10 minutes or more; -1 otherwise.
 	LateRate float64
-	// Timeline is the server's requests in each second of the run.
+	// PerKind is the requests of each kind in the whole run, per agent.
+	Handshakes, Data, PolicyReqs float64
+	// Refused is the policy requests answered 503 over capacity, per agent.
+	Refused float64
+	// BytesPerAgent is the bytes of every answer, per agent.
+	BytesPerAgent float64
+	// MaxAgentFetchesPerSec is the most policy fetches (updates, their
+	// retries included) one agent started in one aligned second;
+	// MaxAgentRequestsPerSec the most policy requests it sent.
+	MaxAgentFetchesPerSec, MaxAgentRequestsPerSec int
+	// Timeline is the server's requests of every kind in each second.
 	Timeline []int
 }
 
@@ -178,7 +269,10 @@ const (
 	newHash = "2222222222222222222222222222222222222222"
 )
 
-// bundle is a tiny full bundle: the simulator measures retries, not stores.
+// burstHash is the hash of the k-th policy of a burst (k >= 1).
+func burstHash(k int) string { return fmt.Sprintf("%040d", k) }
+
+// bundle is a tiny full bundle: the simulator measures requests, not stores.
 func bundle(hash string) []byte {
 	b, _ := json.Marshal(fetcher.PolicyBundle{
 		Manifest:      []string{"p.rego"},
@@ -189,40 +283,184 @@ func bundle(hash string) []byte {
 	return b
 }
 
-// server is the simulated OPAL server: it answers by phase and counts
-// requests per second.
+// dataConfigBytes and dataSourceBytes size the data answers of a connect.
+const (
+	dataConfigBytes = 300
+	dataSourceBytes = 2000
+	handshakeBytes  = 200
+)
+
+var errDown = errors.New("connection refused")
+
+// server is the simulated OPAL server: it answers by phase and capacity and
+// counts requests per second and kind.
 type server struct {
-	sc      Scenario
-	clk     clock.Clock
-	start   time.Time
-	buckets []atomic.Int64
-	body    []byte // the new bundle
+	sc    Scenario
+	cfg   Config
+	clk   clock.Clock
+	start time.Time
+	// buckets[kind][second]
+	buckets [nKinds][]atomic.Int64
+	bytes   atomic.Int64
+	refused atomic.Int64
 	errBody []byte
+
+	mu       sync.Mutex
+	current  []byte // the bundle served now, by phase or burst
+	hash     string
+	dropped  chan struct{} // closed and replaced when every socket drops
+	capSec   int           // the second capCount counts
+	capCount int
+	nextFree time.Time // queueing variant: the next free answer slot
 }
 
-func newServer(sc Scenario, clk clock.Clock) *server {
+func newServer(sc Scenario, cfg Config, clk clock.Clock) *server {
 	n := int(sc.End()/time.Second) + 1
-	return &server{sc: sc, clk: clk, start: clk.Now(), buckets: make([]atomic.Int64, n),
-		body: bundle(newHash), errBody: []byte(`{"detail":"policy not ready"}`)}
+	s := &server{sc: sc, cfg: cfg, clk: clk, start: clk.Now(), errBody: []byte(`{"detail":"policy not ready"}`),
+		dropped: make(chan struct{}), capSec: -1}
+	for k := range s.buckets {
+		s.buckets[k] = make([]atomic.Int64, n)
+	}
+	s.setPolicy(newHash)
+	return s
 }
 
-// serve counts one request and returns the answer due now.
-func (s *server) serve() (status int, retryAfter string, body []byte) {
+func (s *server) setPolicy(hash string) {
+	b := bundle(hash)
+	s.mu.Lock()
+	s.current, s.hash = b, hash
+	s.mu.Unlock()
+}
+
+func (s *server) count(kind int) int {
 	at := s.clk.Since(s.start)
-	i := min(max(int(at/time.Second), 0), len(s.buckets)-1)
-	s.buckets[i].Add(1)
-	for _, p := range s.sc.Phases {
-		if at < p.Until {
-			return p.Status, p.RetryAfter, s.errBody
+	i := min(max(int(at/time.Second), 0), len(s.buckets[kind])-1)
+	s.buckets[kind][i].Add(1)
+	return i
+}
+
+// phase is the phase now, nil after the recovery.
+func (s *server) phase() *Phase {
+	at := s.clk.Since(s.start)
+	for i := range s.sc.Phases {
+		if at < s.sc.Phases[i].Until {
+			return &s.sc.Phases[i]
 		}
 	}
-	return http.StatusOK, "", s.body
+	return nil
 }
 
-// RoundTrip answers in memory, so a request never blocks (and blocks
-// durably inside a synctest bubble, as it must).
-func (s *server) RoundTrip(req *http.Request) (*http.Response, error) {
-	status, ra, body := s.serve()
+// admit applies the capacity to one policy answer: 0 to answer now, a
+// positive delay to answer late (queueing), or -1 for a 503.
+func (s *server) admit(sec int) time.Duration {
+	if s.cfg.Capacity <= 0 {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cfg.Queue {
+		now := s.clk.Now()
+		slot := s.nextFree
+		if slot.Before(now) {
+			slot = now
+		}
+		s.nextFree = slot.Add(time.Second / time.Duration(s.cfg.Capacity))
+		return slot.Sub(now)
+	}
+	if sec != s.capSec {
+		s.capSec, s.capCount = sec, 0
+	}
+	if s.capCount >= s.cfg.Capacity {
+		return -1
+	}
+	s.capCount++
+	return 0
+}
+
+// servePolicy counts one policy request and returns the answer due now,
+// after waiting on the clock in the queueing variant (ctx ends the wait).
+func (s *server) servePolicy(ctx context.Context) (status int, retryAfter string, body []byte, err error) {
+	sec := s.count(kindPolicy)
+	if p := s.phase(); p != nil {
+		if p.Down {
+			return 0, "", nil, errDown
+		}
+		s.bytes.Add(int64(len(s.errBody)))
+		return p.Status, p.RetryAfter, s.errBody, nil
+	}
+	switch d := s.admit(sec); {
+	case d < 0:
+		s.refused.Add(1)
+		s.bytes.Add(int64(len(s.errBody)))
+		return http.StatusServiceUnavailable, "", s.errBody, nil
+	case d > 0:
+		t := s.clk.Timer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0, "", nil, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	body = s.current
+	s.mu.Unlock()
+	s.bytes.Add(int64(len(body)))
+	return http.StatusOK, "", body, nil
+}
+
+// handshake counts one WebSocket handshake; an error if the server is down.
+func (s *server) handshake() error {
+	s.count(kindHandshake)
+	if p := s.phase(); p != nil && p.Down {
+		return errDown
+	}
+	s.bytes.Add(handshakeBytes)
+	return nil
+}
+
+// connectData counts a connect's data requests: /data/config and its one
+// source.
+func (s *server) connectData() {
+	if p := s.phase(); p != nil && p.Down { // counted, nothing answered
+		s.count(kindData)
+		s.count(kindData)
+		return
+	}
+	s.count(kindData)
+	s.count(kindData)
+	s.bytes.Add(dataConfigBytes + dataSourceBytes)
+}
+
+// drops returns the channel closed at the next drop of every socket.
+func (s *server) drops() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
+}
+
+func (s *server) dropAll() {
+	s.mu.Lock()
+	close(s.dropped)
+	s.dropped = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// transport is one agent's in-memory client to the server: it records the
+// agent's policy requests per second.
+type transport struct {
+	srv *server
+	per *agentStats
+}
+
+// RoundTrip answers in memory (a queued answer waits on the clock, which
+// blocks durably inside a synctest bubble, as it must).
+func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.per.policy(t.srv)
+	status, ra, body, err := t.srv.servePolicy(req.Context())
+	if err != nil {
+		return nil, err
+	}
 	h := http.Header{"Content-Type": {"application/json"}}
 	if ra != "" {
 		h.Set("Retry-After", ra)
@@ -231,18 +469,62 @@ func (s *server) RoundTrip(req *http.Request) (*http.Response, error) {
 		ContentLength: int64(len(body)), Request: req, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
 }
 
-// ok reports whether an answer carries the new policy.
-func ok(status int) bool { return status == http.StatusOK }
+// agentStats counts one agent's policy requests and policy fetches (a
+// fetch is one update, its retries included) per aligned second.
+type agentStats struct {
+	mu   sync.Mutex
+	req  perSec
+	fetc perSec
+}
+
+type perSec struct{ sec, n, max int }
+
+func (p *perSec) add(sec int) {
+	if sec != p.sec {
+		p.sec, p.n = sec, 0
+	}
+	p.n++
+	p.max = max(p.max, p.n)
+}
+
+func (a *agentStats) policy(srv *server) {
+	sec := int(srv.clk.Since(srv.start) / time.Second)
+	a.mu.Lock()
+	a.req.add(sec)
+	a.mu.Unlock()
+}
+
+func (a *agentStats) fetch(srv *server) {
+	sec := int(srv.clk.Since(srv.start) / time.Second)
+	a.mu.Lock()
+	a.fetc.add(sec)
+	a.mu.Unlock()
+}
+
+// countingFetcher counts each whole fetch of our updater.
+type countingFetcher struct {
+	f   *fetcher.Fetcher
+	srv *server
+	per *agentStats
+}
+
+func (c countingFetcher) Fetch(ctx context.Context, r fetcher.Request) (*fetcher.Result, error) {
+	c.per.fetch(c.srv)
+	return c.f.Fetch(ctx, r)
+}
 
 // recorder keeps when each agent first held the new policy.
 type recorder struct {
 	start time.Time
 	clk   clock.Clock
+	want  string
 	at    []atomic.Int64 // time since start + 1ns; 0 = not yet
 }
 
-func (r *recorder) recovered(i int) {
-	r.at[i].CompareAndSwap(0, int64(r.clk.Since(r.start))+1)
+func (r *recorder) applied(i int, hash string) {
+	if hash == r.want {
+		r.at[i].CompareAndSwap(0, int64(r.clk.Since(r.start))+1)
+	}
 }
 
 // agent is one simulated client of any policy.
@@ -261,25 +543,43 @@ func Run(sc Scenario, p Policy, cfg Config) Result {
 		n = 10000
 	}
 	clk := clock.New()
-	srv := newServer(sc, clk)
-	rec := &recorder{start: srv.start, clk: clk, at: make([]atomic.Int64, n)}
+	srv := newServer(sc, cfg, clk)
+	want := newHash
+	if sc.Burst > 0 {
+		want = burstHash(sc.Burst)
+		srv.setPolicy(oldHash)
+	}
+	rec := &recorder{start: srv.start, clk: clk, want: want, at: make([]atomic.Int64, n)}
+	stats := make([]agentStats, n)
 	ctx, cancel := context.WithCancel(context.Background())
 	agents := make([]agent, n)
 	for i := range agents {
-		// One stream per agent and purpose, the same for every policy, so
-		// the policies see the same reconnect storm.
-		connect := pubsub.Backoff(1, rand.New(rand.NewPCG(cfg.Seed, uint64(i)<<1)).Float64())
-		rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(i)<<1|1)).Float64
+		// One stream per agent, the same for every policy.
+		rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(i))).Float64
+		env := &env{i: i, ctx: ctx, clk: clk, srv: srv, rec: rec, rnd: rnd, stats: &stats[i]}
 		switch p {
 		case Ours, OursNoJitter, OursOneAttempt, OursMaxRetryAfter120:
-			agents[i] = startOurs(ctx, i, p, connect, rnd, clk, srv, rec)
+			agents[i] = startOurs(env, p)
 		case PythonOPAL:
-			agents[i] = startPython(ctx, i, connect, rnd, clk, srv, rec)
+			agents[i] = startPython(env)
 		case OPABundle:
-			agents[i] = startOPA(ctx, i, rnd, clk, srv, rec)
+			agents[i] = startOPA(env)
 		}
 	}
-	if sc.Notify {
+	if sc.Drop {
+		srv.dropAll()
+	}
+	if sc.Burst > 0 {
+		step := sc.BurstOver / time.Duration(sc.Burst)
+		for k := 1; k <= sc.Burst; k++ {
+			srv.setPolicy(burstHash(k))
+			for _, a := range agents {
+				a.notify()
+			}
+			clk.Sleep(step)
+		}
+		clk.Sleep(sc.End() - sc.BurstOver)
+	} else if sc.Notify {
 		clk.Sleep(sc.Recovery())
 		for _, a := range agents {
 			a.notify()
@@ -294,69 +594,127 @@ func Run(sc Scenario, p Policy, cfg Config) Result {
 		wg.Go(a.stop)
 	}
 	wg.Wait()
-	return summarize(sc, p, n, srv, rec)
+	r := summarize(sc, p, n, srv, rec)
+	r.Capacity, r.Queue = cfg.Capacity, cfg.Queue
+	for i := range stats {
+		r.MaxAgentFetchesPerSec = max(r.MaxAgentFetchesPerSec, stats[i].fetc.max)
+		r.MaxAgentRequestsPerSec = max(r.MaxAgentRequestsPerSec, stats[i].req.max)
+	}
+	return r
 }
 
-// ours is an agent running the project's fetcher, scheduler and updater.
+// env is what every agent model gets.
+type env struct {
+	i     int
+	ctx   context.Context
+	clk   clock.Clock
+	srv   *server
+	rec   *recorder
+	rnd   func() float64
+	stats *agentStats
+}
+
+// ours is an agent running the project's fetcher, scheduler, updater,
+// reconnect schedule and resync spread.
 type ours struct {
-	u     *updater.Updater
-	sched *scheduler.Scheduler
-	conn  *clock.Timer
-	done  chan struct{}
+	u      *updater.Updater
+	sched  *scheduler.Scheduler
+	spread *resync.Spreader
+	done   chan struct{}
+	sock   chan struct{}
 }
 
-func startOurs(ctx context.Context, i int, p Policy, connect time.Duration, rnd func() float64,
-	clk clock.Clock, srv *server, rec *recorder) *ours {
+func startOurs(e *env, p Policy) *ours {
 	store := memstore.New()
-	// The agent held the old policy before the outage.
+	// The agent held the old policy before the event.
 	old, _ := fetcher.DecodeBundle(bundle(oldHash))
-	_ = store.ApplyPolicy(ctx, old)
+	_ = store.ApplyPolicy(e.ctx, old)
 
-	// Defaults of the OPAL_POLICY_UPDATER_* variables (docs/configuration.md).
+	// Defaults of the OPAL_ variables (docs/configuration.md).
 	maxRetryAfter := 60 * time.Second
 	if p == OursMaxRetryAfter120 {
-		maxRetryAfter = 120 * time.Second // caps the hint (F4), bounds the fetch (F7), ceilings D2/D3
+		maxRetryAfter = 120 * time.Second
 	}
 	retry := config.DefaultPolicyUpdaterConnRetry()
 	if p == OursOneAttempt {
 		retry.Attempts = 1
 	}
+	noJitter := p == OursNoJitter
+	rnd := e.rnd
+	if noJitter {
+		rnd = func() float64 { return 1 } // every spread at its top: no spread
+	}
 	f := fetcher.New(fetcher.Options{
 		ServerURL:     "http://opal-server:7002",
 		Retry:         retry,
 		MaxRetryAfter: maxRetryAfter,
-		HTTPClient:    &http.Client{Transport: srv},
-		Clock:         clk,
-		Rand:          rnd,
-		NoHintJitter:  p == OursNoJitter,
+		HTTPClient:    &http.Client{Transport: transport{srv: e.srv, per: e.stats}},
+		Clock:         e.clk,
+		Rand:          e.rnd,
+		NoHintJitter:  noJitter,
 	})
-	a := &ours{done: make(chan struct{})}
-	so := scheduler.Options{Enabled: true, MaxRetryAfter: maxRetryAfter, MaxRounds: 20, Clock: clk, Rand: rnd,
+	a := &ours{done: make(chan struct{}), sock: make(chan struct{})}
+	so := scheduler.Options{Enabled: true, MaxRetryAfter: maxRetryAfter, MaxRounds: 20, Clock: e.clk, Rand: e.rnd,
 		Fire: func() { a.u.Deferred() }}
-	if p == OursNoJitter {
+	if noJitter {
 		so.Jitter = func(d time.Duration) time.Duration { return d }
 	}
 	a.sched = scheduler.New(so)
-	a.u = updater.New(updater.Options{Store: store, Fetcher: f, Scheduler: a.sched, Clock: clk,
+	a.u = updater.New(updater.Options{Store: store, Fetcher: countingFetcher{f, e.srv, e.stats}, Scheduler: a.sched, Clock: e.clk,
+		MinInterval: 500 * time.Millisecond,
 		OnTransaction: func(tx updater.Transaction) {
-			if tx.Success && tx.ID == newHash {
-				rec.recovered(i)
+			if tx.Success {
+				e.rec.applied(e.i, tx.ID)
 			}
+		}})
+	a.spread = resync.New(resync.Options{After: pubsub.DefaultReconnectSpread, Window: 55 * time.Second,
+		Clock: e.clk, Rand: rnd, Resync: func() {
+			a.u.Connect()
+			e.srv.connectData()
 		}})
 	go func() {
 		defer close(a.done)
-		_ = a.u.Run(ctx)
+		_ = a.u.Run(e.ctx)
 	}()
-	// The outage begins with a reconnect storm: each agent's WebSocket
-	// reconnects after the pub/sub client's first jittered backoff.
-	a.conn = clk.AfterFunc(connect, a.u.Connect)
+	rc := pubsub.NewReconnect(pubsub.Options{MaxRetryAfter: maxRetryAfter, Rand: rnd})
+	go a.socket(e, rc, e.srv.drops()) // connected before the event
 	return a
+}
+
+// socket models the pub/sub connection with the real reconnect schedule:
+// connected until the server drops every socket, then reconnecting.
+func (a *ours) socket(e *env, rc *pubsub.Reconnect, drops <-chan struct{}) {
+	defer close(a.sock)
+	since := e.clk.Now().Add(-time.Hour)
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-drops:
+		}
+		d := rc.Next(e.clk.Since(since), errors.New("dropped"))
+		a.spread.Lost(e.clk.Now())
+		for {
+			if !sleep(e.ctx, e.clk, d) {
+				return
+			}
+			drops = e.srv.drops()
+			if err := e.srv.handshake(); err != nil {
+				d = rc.Next(0, err)
+				continue
+			}
+			since = e.clk.Now()
+			a.spread.Connected(true) // every agent holds a policy
+			break
+		}
+	}
 }
 
 func (a *ours) notify() { a.u.PolicyUpdate([]string{"."}) }
 
 func (a *ours) stop() {
-	a.conn.Stop()
+	<-a.sock
+	a.spread.Stop()
 	a.sched.Stop()
 	a.u.Stop()
 	<-a.done
@@ -365,19 +723,30 @@ func (a *ours) stop() {
 // summarize turns the server's counts and the recovery times into a Result.
 func summarize(sc Scenario, p Policy, n int, srv *server, rec *recorder) Result {
 	r := Result{Scenario: sc.Name, Policy: p, Agents: n, T50: -1, T99: -1, T100: -1, LateRate: -1}
-	r.Timeline = make([]int, len(srv.buckets))
-	for i := range srv.buckets {
-		r.Timeline[i] = int(srv.buckets[i].Load())
-		r.PeakRPS = max(r.PeakRPS, r.Timeline[i])
+	secs := len(srv.buckets[kindPolicy])
+	r.Timeline = make([]int, secs)
+	var kinds [nKinds]int
+	for s := 0; s < secs; s++ {
+		for k := range srv.buckets {
+			c := int(srv.buckets[k][s].Load())
+			r.Timeline[s] += c
+			kinds[k] += c
+		}
+		r.PeakRPS = max(r.PeakRPS, r.Timeline[s])
+		r.PeakPolicy = max(r.PeakPolicy, int(srv.buckets[kindPolicy][s].Load()))
 	}
+	fn := float64(n)
+	r.PolicyReqs, r.Handshakes, r.Data = float64(kinds[kindPolicy])/fn, float64(kinds[kindHandshake])/fn, float64(kinds[kindData])/fn
+	r.Refused = float64(srv.refused.Load()) / fn
+	r.BytesPerAgent = float64(srv.bytes.Load()) / fn
 	recSec := int(sc.Recovery() / time.Second)
-	outage := 0
-	for _, c := range r.Timeline[:recSec] {
-		outage += c
+	outage, hs := 0, 0
+	for s := 0; s < recSec; s++ {
+		outage += int(srv.buckets[kindPolicy][s].Load())
+		hs += int(srv.buckets[kindHandshake][s].Load())
 	}
-	r.OutageRequests = float64(outage) / float64(n)
+	r.OutageRequests, r.OutageHandshakes = float64(outage)/fn, float64(hs)/fn
 
-	// Recovery times, sorted, from the recovery.
 	var times []time.Duration
 	for i := range rec.at {
 		if v := rec.at[i].Load(); v != 0 {
@@ -395,7 +764,6 @@ func summarize(sc Scenario, p Policy, n int, srv *server, rec *recorder) Result 
 	}
 	r.T50, r.T99, r.T100 = nth(0.5), nth(0.99), nth(1)
 
-	// The recovery window: until the last agent holds the policy, or the end.
 	endSec := len(r.Timeline)
 	if r.T100 >= 0 {
 		endSec = min(recSec+int(r.T100/time.Second)+1, len(r.Timeline))
@@ -409,10 +777,10 @@ func summarize(sc Scenario, p Policy, n int, srv *server, rec *recorder) Result 
 
 	if sc.Recovery() >= 10*time.Minute {
 		late := 0
-		for _, c := range r.Timeline[recSec-300 : recSec] {
-			late += c
+		for s := recSec - 300; s < recSec; s++ {
+			late += int(srv.buckets[kindPolicy][s].Load())
 		}
-		r.LateRate = float64(late) / float64(n) / 5
+		r.LateRate = float64(late) / fn / 5
 	}
 	return r
 }

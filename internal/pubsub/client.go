@@ -23,6 +23,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/gorilla/websocket"
 
+	"github.com/opal-go/opal-client/fetcher"
 	"github.com/opal-go/opal-client/internal/backoff"
 )
 
@@ -34,10 +35,14 @@ const (
 	DefaultHandshakeTimeout = 30 * time.Second
 	DefaultSubscribeTimeout = 30 * time.Second
 	DefaultStableAfter      = 30 * time.Second
+	DefaultReconnectSpread  = 15 * time.Second
+	DefaultReconnectMaxWait = 55 * time.Second
 )
 
-// Backoff bounds: the first retry waits about MinBackoff, later ones grow to
-// MaxBackoff (the Python client's wait_random_exponential(min=0.1, max=120)).
+// Start-up backoff bounds: the first retry of a client that never connected
+// waits about MinBackoff, later ones grow to MaxBackoff (the Python
+// client's wait_random_exponential(min=0.1, max=120)), and never past
+// Options.ReconnectMaxWait.
 const (
 	MinBackoff = 100 * time.Millisecond
 	MaxBackoff = 120 * time.Second
@@ -69,12 +74,30 @@ type Options struct {
 	PingInterval, ReadTimeout time.Duration
 	// HandshakeTimeout and SubscribeTimeout bound the connect sequence.
 	HandshakeTimeout, SubscribeTimeout time.Duration
-	// StableAfter: a connection that stayed subscribed this long resets the
-	// backoff, so the next reconnect after it is quick again.
+	// StableAfter: a connection that stayed subscribed this long ends with
+	// a fresh reconnect schedule (the spread window first); a shorter one
+	// (a flapping server) keeps growing the schedule where it was.
 	StableAfter time.Duration
-	Clock       clock.Clock
-	Rand        func() float64 // uniform in [0,1), for the backoff jitter
-	Logger      *slog.Logger
+	// ReconnectSpread (OPAL_PUBSUB_RECONNECT_SPREAD): after an established
+	// connection ends, the first reconnect waits uniformly in
+	// [MinBackoff, ReconnectSpread], so a server restart that drops every
+	// socket is not answered by a burst of handshakes. Later failures wait
+	// ReconnectSpread*2^(n-1), capped at ReconnectMaxWait, drawn into
+	// [0.9d, d]. Default DefaultReconnectSpread; the Python client
+	// reconnects at once.
+	ReconnectSpread time.Duration
+	// ReconnectMaxWait (OPAL_PUBSUB_RECONNECT_MAX_WAIT) caps every wait
+	// between connection attempts, so an agent is back at most this long
+	// after the server is. Default DefaultReconnectMaxWait.
+	ReconnectMaxWait time.Duration
+	// MaxRetryAfter caps the Retry-After of a refused handshake (503, 429):
+	// the next attempt waits at least the capped hint, spread upward
+	// (backoff.Up). 0 honours no hint. The agent passes
+	// OPAL_POLICY_UPDATER_MAX_RETRY_AFTER, the cap of fetches.
+	MaxRetryAfter time.Duration
+	Clock         clock.Clock
+	Rand          func() float64 // uniform in [0,1), for the backoff jitter
+	Logger        *slog.Logger
 	// Statistics, if set, announces the client on the server's statistics
 	// channel after every subscribe (stats.go).
 	Statistics *Statistics
@@ -88,7 +111,11 @@ type Options struct {
 // other than 101 (403 for a bad token, §2.1).
 type HandshakeError struct {
 	Status int
-	Err    error
+	// RetryAfter is the parsed Retry-After of a 503 or 429, valid when
+	// HasRetryAfter.
+	RetryAfter    time.Duration
+	HasRetryAfter bool
+	Err           error
 }
 
 func (e *HandshakeError) Error() string {
@@ -133,6 +160,14 @@ func New(o Options) *Client {
 	if o.StableAfter <= 0 {
 		o.StableAfter = DefaultStableAfter
 	}
+	if o.ReconnectSpread <= 0 {
+		o.ReconnectSpread = DefaultReconnectSpread
+	}
+	if o.ReconnectMaxWait <= 0 {
+		o.ReconnectMaxWait = DefaultReconnectMaxWait
+	}
+	o.ReconnectSpread = max(o.ReconnectSpread, MinBackoff)
+	o.ReconnectMaxWait = max(o.ReconnectMaxWait, MinBackoff)
 	if o.Clock == nil {
 		o.Clock = clock.New()
 	}
@@ -164,35 +199,84 @@ func Backoff(attempt int, rnd float64) time.Duration {
 var reconnectPolicy = backoff.Policy{Name: "pubsub reconnect", Base: MinBackoff, Max: MaxBackoff,
 	Floor: MinBackoff, Jitter: backoff.JitterFull, StepOffset: 1}
 
+// Reconnect is the reconnect schedule of one client (pure, so the fleet
+// simulator runs the same code): Next is the wait before the next
+// connection attempt, given how the last one ended.
+type Reconnect struct {
+	Spread, MaxWait, StableAfter, MaxRetryAfter time.Duration
+	Rand                                        func() float64
+
+	failures  int  // failed attempts since the last established connection
+	connected bool // a connection was ever established
+}
+
+// NewReconnect returns the schedule of o's settings (defaults filled).
+func NewReconnect(o Options) *Reconnect {
+	o = New(o).o
+	return &Reconnect{Spread: o.ReconnectSpread, MaxWait: o.ReconnectMaxWait, StableAfter: o.StableAfter,
+		MaxRetryAfter: o.MaxRetryAfter, Rand: o.Rand}
+}
+
+// Next is the wait after an attempt that stayed subscribed for up (0: it
+// never got there) and ended with err.
+func (r *Reconnect) Next(up time.Duration, err error) time.Duration {
+	var d time.Duration
+	if up > 0 {
+		r.connected = true
+	}
+	switch {
+	case up > 0 && (up >= r.StableAfter || r.failures == 0):
+		// An established connection ended: spread the first reconnect.
+		r.failures = 0
+		d = backoff.Full(MinBackoff, r.Spread, r.Rand())
+	case r.connected:
+		// Reconnecting (or flapping): grow from the spread, capped. The
+		// first wait at the cap is drawn over the whole cap, so the
+		// phases of a fleet that dropped together cover the cadence; the
+		// later ones stay near the cap (few attempts, a bounded return).
+		r.failures++
+		step := backoff.Exponential(r.Spread, r.failures, r.MaxWait)
+		if step == r.MaxWait && backoff.Exponential(r.Spread, r.failures-1, r.MaxWait) < r.MaxWait {
+			d = backoff.Full(MinBackoff, step, r.Rand())
+		} else {
+			d = backoff.Narrow(step, r.Rand())
+		}
+	default:
+		// Never connected yet: start-up is quick, then grows.
+		r.failures++
+		d = min(Backoff(r.failures, r.Rand()), r.MaxWait)
+	}
+	var he *HandshakeError
+	if errors.As(err, &he) && he.HasRetryAfter && r.MaxRetryAfter > 0 {
+		// A refused handshake's Retry-After, under the cap of fetches.
+		h := min(he.RetryAfter, r.MaxRetryAfter)
+		d = max(d, backoff.Up(h, r.MaxRetryAfter, r.Rand()))
+	}
+	return d
+}
+
 // Run connects, subscribes and serves notifies, reconnecting forever until
 // ctx is done, when it closes the socket cleanly and returns ctx.Err().
 func (c *Client) Run(ctx context.Context) error {
-	attempt := 0
+	rc := &Reconnect{Spread: c.o.ReconnectSpread, MaxWait: c.o.ReconnectMaxWait, StableAfter: c.o.StableAfter,
+		MaxRetryAfter: c.o.MaxRetryAfter, Rand: c.o.Rand}
 	for {
 		up, err := c.session(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if up >= c.o.StableAfter {
-			attempt = 0
-		}
-		attempt++
-		d := Backoff(attempt, c.o.Rand())
+		d := rc.Next(up, err)
 		var he *HandshakeError
 		switch {
 		case errors.As(err, &he):
-			c.log.Warn("pub/sub handshake refused", "status", he.Status, "attempt", attempt, "retry_in", d)
+			c.log.Warn("pub/sub handshake refused", "status", he.Status, "attempt", rc.failures, "retry_in", d)
 		case up > 0:
 			c.log.Warn("pub/sub connection lost", "err", err, "up", up, "retry_in", d)
 		default:
-			c.log.Warn("pub/sub connect failed", "err", err, "attempt", attempt, "retry_in", d)
+			c.log.Warn("pub/sub connect failed", "err", err, "attempt", rc.failures, "retry_in", d)
 		}
-		t := c.o.Clock.Timer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, c.o.Clock, d) {
 			return ctx.Err()
-		case <-t.C:
 		}
 	}
 }
@@ -245,7 +329,11 @@ func (c *Client) session(ctx context.Context) (up time.Duration, err error) {
 	}
 	if err != nil {
 		if resp != nil {
-			return 0, &HandshakeError{Status: resp.StatusCode, Err: err}
+			he := &HandshakeError{Status: resp.StatusCode, Err: err}
+			if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {
+				he.RetryAfter, he.HasRetryAfter = fetcher.ParseRetryAfter(resp.Header.Get("Retry-After"), c.o.Clock.Now())
+			}
+			return 0, he
 		}
 		return 0, err
 	}

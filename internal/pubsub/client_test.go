@@ -323,7 +323,7 @@ func TestReadTimeout_DeadPeer(t *testing.T) {
 		var next *srvConn
 		select {
 		case next = <-p.conns: // the reconnect
-		case <-time.After(12*time.Second + Backoff(1, 0.5) + time.Millisecond): // virtual time
+		case <-time.After(12*time.Second + DefaultReconnectSpread + time.Millisecond): // virtual time; the reconnect is spread
 			t.Fatal("dead peer not detected within ReadTimeout + backoff")
 		}
 		// The last pong may predate t0 by up to one PingInterval.
@@ -372,18 +372,21 @@ func TestProtocol_2_7_RefusedHandshakeBacksOff(t *testing.T) {
 }
 
 // TestProtocol_2_7_BackoffResetsAfterStableConnection: a connection that
-// stayed up StableAfter makes the next reconnect quick; a short-lived one
-// keeps growing the backoff.
+// stayed up StableAfter ends with a fresh schedule (the spread window); a
+// short-lived one after failures keeps growing it, within the cap.
 func TestProtocol_2_7_BackoffResetsAfterStableConnection(t *testing.T) {
 	cases := []struct {
 		name string
 		up   time.Duration
 		want time.Duration
 	}{
-		// Mutation: `if up >= c.o.StableAfter {` -> `if false {`.
-		{"stable_connection_resets", 31 * time.Second, Backoff(1, 1)},
-		// Mutation: `if up >= c.o.StableAfter {` -> `if true {`.
-		{"short_connection_keeps_growing", time.Second, Backoff(5, 1)},
+		// A stable connection's end: the spread window (draw 1: its top).
+		// Mutation: the stable test dropped (a flapping-style 55 s wait).
+		{"stable_connection_resets", 31 * time.Second, DefaultReconnectSpread},
+		// A short connection after failures (flapping) keeps growing: the
+		// fifth failure's step is capped at the 55 s maximum wait.
+		// Mutation: every connection treated as stable (the 15 s window).
+		{"short_connection_keeps_growing", time.Second, DefaultReconnectMaxWait},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -468,5 +471,94 @@ func TestShutdown_SilentHandshakeServer(t *testing.T) {
 		if d := time.Since(t0); d != 0 {
 			t.Fatalf("Run returned %v after cancel, want at once", d)
 		}
+	})
+}
+
+// The reconnect schedule (Reconnect.Next): a spread first reconnect after a
+// drop, growth from the spread capped at the maximum wait, a capped start-up
+// backoff, and a refused handshake's Retry-After honoured under the cap.
+func TestReconnectSchedule(t *testing.T) {
+	const s = time.Second
+	drop := func(r *Reconnect) { r.Next(time.Hour, errors.New("dropped")) }
+	refused := func(status int, ra time.Duration) error {
+		return &HandshakeError{Status: status, RetryAfter: ra, HasRetryAfter: ra > 0}
+	}
+	cases := []struct {
+		name  string
+		draw  float64
+		setup func(*Reconnect)
+		up    time.Duration
+		err   error
+		want  time.Duration
+	}{
+		// Mutation: the spread dropped (the first reconnect at MinBackoff).
+		{"drop_spread_top", 1, nil, time.Hour, errors.New("dropped"), 15 * s},
+		{"drop_spread_floor", 0, nil, time.Hour, errors.New("dropped"), MinBackoff},
+		// Failures after a drop grow from the spread: 15 s, 30 s, then the cap.
+		{"first_failure_after_drop", 1, drop, 0, errors.New("refused"), 15 * s},
+		{"first_failure_after_drop_narrow_floor", 0, drop, 0, errors.New("refused"), 13500 * time.Millisecond},
+		{"third_failure_capped", 1, func(r *Reconnect) { drop(r); r.Next(0, nil); r.Next(0, nil) }, 0, errors.New("refused"), 55 * s},
+		// The first capped wait (third failure) spans the whole cap; the
+		// next ones stay within [0.9 cap, cap].
+		{"first_capped_wait_full", 0, func(r *Reconnect) { drop(r); r.Next(0, nil); r.Next(0, nil) }, 0, errors.New("refused"), MinBackoff},
+		{"later_capped_wait_narrow", 0, func(r *Reconnect) { drop(r); r.Next(0, nil); r.Next(0, nil); r.Next(0, nil) }, 0, errors.New("refused"), 49500 * time.Millisecond},
+		// Mutation: the start-up backoff not capped (120 s).
+		{"startup_capped_at_max_wait", 1, func(r *Reconnect) {
+			for range 30 {
+				r.Next(0, nil)
+			}
+		}, 0, errors.New("refused"), 55 * s},
+		{"startup_first_retry_quick", 1, nil, 0, errors.New("refused"), 200 * time.Millisecond},
+		// Mutation: the handshake's Retry-After ignored.
+		{"retry_after_honoured", 0, nil, 0, refused(503, 30*s), 30 * s},
+		{"retry_after_spread_upward", 1, nil, 0, refused(429, 20*s), 40 * s},
+		// Mutation: the hint not capped.
+		{"retry_after_capped", 0, nil, 0, refused(503, 99999*s), 60 * s},
+		{"no_hint_on_403", 0, nil, 0, &HandshakeError{Status: 403}, MinBackoff},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewReconnect(Options{MaxRetryAfter: 60 * s, Rand: func() float64 { return tc.draw }})
+			if tc.setup != nil {
+				tc.setup(r)
+			}
+			if got := r.Next(tc.up, tc.err); got != tc.want {
+				t.Fatalf("Next = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("retry_after_off_when_cap_zero", func(t *testing.T) {
+		r := NewReconnect(Options{Rand: func() float64 { return 0 }})
+		if got := r.Next(0, refused(503, 30*s)); got != MinBackoff {
+			t.Fatalf("Next = %v, want %v: MaxRetryAfter 0 honours no hint", got, MinBackoff)
+		}
+	})
+}
+
+// A refused handshake's Retry-After reaches the schedule: the client's next
+// attempt comes no earlier than the hint (503 with Retry-After: 8).
+func TestProtocol_2_7_RefusedHandshakeHonoursRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPeer(t)
+		p.setRefuse(503)
+		p.mu.Lock()
+		p.retryAfter = "8"
+		p.mu.Unlock()
+		h := start(t, p, func(o *Options) {
+			o.Rand = func() float64 { return 0 }
+			o.MaxRetryAfter = time.Minute
+		})
+		time.Sleep(30 * time.Second)
+		dials := p.dialTimes()
+		if len(dials) < 2 {
+			t.Fatalf("%d attempts in 30 s", len(dials))
+		}
+		for i := 1; i < len(dials); i++ {
+			// Mutation: the header not parsed (0.1 s, 0.2 s... waits).
+			if gap := dials[i].Sub(dials[i-1]); gap < 8*time.Second {
+				t.Fatalf("attempt %d came %v after the one refused with Retry-After: 8", i+1, gap)
+			}
+		}
+		h.stop()
 	})
 }

@@ -59,6 +59,8 @@ func TestDevserver_3_2_NotifyAndReconnect(t *testing.T) {
 		OnConnect: func() { connects <- struct{}{} },
 		OnNotify:  func(topic string, data json.RawMessage) { notes <- topic + " " + string(data) },
 		Logger:    quiet(),
+		// Real time: a short spread keeps the reconnect within the wait.
+		ReconnectSpread: 500 * time.Millisecond,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -112,6 +114,8 @@ func TestProtocol_2_7_RestartStorm(t *testing.T) {
 			URL: wsURL(hs), Topics: []string{"policy:."},
 			OnConnect: func() { connects.Add(1); all <- struct{}{} },
 			Logger:    quiet(),
+			// A short spread keeps this real-time test short.
+			ReconnectSpread: 2 * time.Second,
 		})
 		wg.Add(1)
 		go func() { defer wg.Done(); c.Run(ctx) }()

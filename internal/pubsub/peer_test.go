@@ -24,12 +24,14 @@ import (
 type peer struct {
 	t      *testing.T
 	mu     sync.Mutex
-	refuse int  // handshake status to answer with; 0 accepts
-	noPump bool // accepted conns are not read: a silently dead peer
-	silent bool // the upgrade request is read but never answered
-	dials  []time.Time
-	auth   []string
-	conns  chan *srvConn
+	refuse int // handshake status to answer with; 0 accepts
+	// retryAfter, if set, is the Retry-After header of a refusal.
+	retryAfter string
+	noPump     bool // accepted conns are not read: a silently dead peer
+	silent     bool // the upgrade request is read but never answered
+	dials      []time.Time
+	auth       []string
+	conns      chan *srvConn
 }
 
 type frame struct {
@@ -92,13 +94,17 @@ func (p *peer) accept(nc net.Conn) {
 	p.mu.Lock()
 	p.dials = append(p.dials, time.Now()) // virtual time inside the bubble
 	p.auth = append(p.auth, req.Header.Get("Authorization"))
-	status, noPump, silent := p.refuse, p.noPump, p.silent
+	status, noPump, silent, ra := p.refuse, p.noPump, p.silent, p.retryAfter
 	p.mu.Unlock()
 	if silent {
 		return // TCP up, no upgrade answer: the socket stays open
 	}
 	if status != 0 {
-		fmt.Fprintf(nc, "HTTP/1.1 %d %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", status, http.StatusText(status))
+		hdr := ""
+		if ra != "" {
+			hdr = "Retry-After: " + ra + "\r\n"
+		}
+		fmt.Fprintf(nc, "HTTP/1.1 %d %s\r\n%sContent-Length: 0\r\nConnection: close\r\n\r\n", status, http.StatusText(status), hdr)
 		nc.Close()
 		return
 	}
