@@ -62,7 +62,7 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./fetcher ./scheduler ./updater
 	OPAL_PERF=1 $(GO) test -count=1 -run '^TestPerformanceReport$$' -v ./internal/store/embedded
-	OPAL_FLEETSIM=1 $(GO) test -count=1 -timeout 15m -run '^TestFleetSimulation$$' -v ./internal/fleetsim
+	OPAL_FLEETSIM=1 $(GO) test -count=1 -timeout 30m -run '^TestFleetSimulation$$' -v ./internal/fleetsim
 	$(GO) run ./internal/tools/sidecarbench
 
 ## run: the dev server on examples/policy and the agent with embedded OPA; prints a decision's curl; Ctrl-C stops both
