@@ -40,6 +40,7 @@ const (
 	DefaultInlineOPAAddr         = "127.0.0.1:8181"
 	DefaultPolicyBundleMaxBytes  = 100 << 20
 	DefaultPubSubMaxMessageBytes = 64 << 20
+	DefaultDataFetchConcurrency  = 8 // data entries fetched at once
 	// DefaultStoreBackupPath and DefaultStoreBackupInterval are the Python
 	// client's (and internal/backup's) defaults.
 	DefaultStoreBackupPath     = "/opal/backup/opa.json"
@@ -76,6 +77,7 @@ type Config struct {
 
 	KeepAliveInterval     time.Duration // OPAL_KEEP_ALIVE_INTERVAL (whole seconds, 0 = off)
 	PubSubMaxMessageBytes int64         // OPAL_PUBSUB_MAX_MESSAGE_BYTES (ours)
+	DataFetchConcurrency  int           // OPAL_DATA_UPDATER_FETCH_CONCURRENCY (ours)
 	ScopeID               string        // OPAL_SCOPE_ID
 
 	PolicyStoreType                string           // OPAL_POLICY_STORE_TYPE (only OPA)
@@ -145,6 +147,7 @@ type env struct {
 
 	KeepAliveInterval     *string `envconfig:"OPAL_KEEP_ALIVE_INTERVAL"`
 	PubSubMaxMessageBytes *string `envconfig:"OPAL_PUBSUB_MAX_MESSAGE_BYTES"`
+	DataFetchConcurrency  *string `envconfig:"OPAL_DATA_UPDATER_FETCH_CONCURRENCY"`
 	ScopeID               *string `envconfig:"OPAL_SCOPE_ID"`
 
 	PolicyStoreType                *string `envconfig:"OPAL_POLICY_STORE_TYPE"`
@@ -393,6 +396,7 @@ func parse(e *env) (*Config, error) {
 
 	c.KeepAliveInterval = time.Duration(p.integer("KEEP_ALIVE_INTERVAL", e.KeepAliveInterval, 0, 0, math.MaxInt32)) * time.Second
 	c.PubSubMaxMessageBytes = p.integer("PUBSUB_MAX_MESSAGE_BYTES", e.PubSubMaxMessageBytes, DefaultPubSubMaxMessageBytes, 1, math.MaxInt64)
+	c.DataFetchConcurrency = int(p.integer("DATA_UPDATER_FETCH_CONCURRENCY", e.DataFetchConcurrency, DefaultDataFetchConcurrency, 1, 1024))
 
 	c.PolicyStoreType = strings.ToUpper(get(e.PolicyStoreType, "OPA"))
 	if c.PolicyStoreType != "OPA" {
@@ -627,6 +631,7 @@ func (c *Config) Masked() map[string]any {
 		"OPAL_HTTP_FETCHER_TIMEOUT":                      c.HTTPFetcherTimeout.Seconds(),
 		"OPAL_KEEP_ALIVE_INTERVAL":                       int(c.KeepAliveInterval / time.Second),
 		"OPAL_PUBSUB_MAX_MESSAGE_BYTES":                  c.PubSubMaxMessageBytes,
+		"OPAL_DATA_UPDATER_FETCH_CONCURRENCY":            c.DataFetchConcurrency,
 		"OPAL_SCOPE_ID":                                  c.ScopeID,
 		"OPAL_POLICY_STORE_TYPE":                         c.PolicyStoreType,
 		"OPAL_POLICY_STORE_URL":                          redactURL(c.PolicyStoreURL),

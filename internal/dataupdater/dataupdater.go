@@ -422,7 +422,7 @@ func (u *Updater) work(ctx context.Context, id, reason string, e Entry, rep *rep
 			if ctx.Err() != nil {
 				// Superseded (reconnect) or stopped while queued: a stale
 				// base write must not land after the new load's.
-				return ctx.Err() // guard: mutation "return nil" lands a stale write (TestQueuedWriteAfterStop)
+				return ctx.Err() // guard: mutation "_ = 0" writes a stale base entry (TestStaleBaseWriteSkipped)
 			}
 			if u.o.Store == nil {
 				return errors.New("dataupdater: no store")

@@ -127,15 +127,15 @@ func (e *Entry) Validate() error {
 		return &DecodeError{What: "entry", Err: fmt.Errorf("no url and no data")}
 	}
 	if c := e.Config; c != nil && c.Fetcher != "" && c.Fetcher != HTTPFetchProvider && !e.Inline() {
-		// Retrying would never help: refused at once.
-		return &DecodeError{What: "entry", Err: fmt.Errorf("config.fetcher %q is not supported: only %s fetches data here", c.Fetcher, HTTPFetchProvider)} // guard: mutation "false &&" retries an unknown provider forever
+		// Retrying would never help: refused at once (guard: TestEntryRefusedAtOnce/non_http_fetcher).
+		return &DecodeError{What: "entry", Err: fmt.Errorf("config.fetcher %q is not supported: only %s fetches data here", c.Fetcher, HTTPFetchProvider)}
 	}
 	if strings.ContainsRune(e.DstPath, 0) {
-		return &DecodeError{What: "entry", Err: fmt.Errorf("dst_path holds a NUL byte")} // guard: mutation "if false {" writes a NUL path
+		return &DecodeError{What: "entry", Err: fmt.Errorf("dst_path holds a NUL byte")}
 	}
 	for _, s := range e.Path() {
 		if s == ".." || s == "." {
-			return &DecodeError{What: "entry", Err: fmt.Errorf("dst_path %q has a %q segment", e.DstPath, s)} // guard: mutation "if false {" writes a ".." path
+			return &DecodeError{What: "entry", Err: fmt.Errorf("dst_path %q has a %q segment", e.DstPath, s)}
 		}
 	}
 	if e.Inline() && e.Method() == MethodPatch {
