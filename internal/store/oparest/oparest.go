@@ -31,6 +31,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/opal-go/opal-client/fetcher"
+	"github.com/opal-go/opal-client/internal/redact"
 	"github.com/opal-go/opal-client/internal/store"
 	"github.com/opal-go/opal-client/updater"
 )
@@ -125,7 +126,7 @@ var _ updater.Store = (*Store)(nil)
 func New(opts Options) (*Store, error) {
 	u, err := url.Parse(opts.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("oparest: bad policy store URL %q", opts.URL)
+		return nil, fmt.Errorf("oparest: bad policy store URL %q", redact.URL(opts.URL))
 	}
 	s := &Store{
 		base:     strings.TrimSuffix(opts.URL, "/"),
@@ -413,7 +414,8 @@ func (s *Store) once(ctx context.Context, method, path, ctype string, body []byt
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, nil, &RemoteError{Method: method, Path: path, Err: err}
+		// The transport error names the URL: OPAL_POLICY_STORE_URL may hold user info.
+		return 0, nil, &RemoteError{Method: method, Path: path, Err: redact.Error(err)}
 	}
 	defer resp.Body.Close()
 	rb, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
