@@ -59,6 +59,3 @@ func oneLine(s string) string {
 func redactURL(s string) string { return redact.URL(s) }
 
 func redactURLs(urls []string) []string { return redact.URLs(urls) }
-
-// redacted replaces a hidden part of a URL, as in url.URL.Redacted.
-const redacted = redact.Mask

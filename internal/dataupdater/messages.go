@@ -163,12 +163,6 @@ func (e *Entry) matches(subscribed []string) bool {
 	return false
 }
 
-// key identifies an entry for its deferral timer: the same source written
-// to the same place the same way.
-func (e *Entry) key() string {
-	return e.Method() + " " + strings.Join(e.Path(), "/") + " " + e.URL
-}
-
 // SplitPath splits a data path ("", "/", "/a/b", "a/b") into segments.
 func SplitPath(p string) []string {
 	var out []string
