@@ -114,8 +114,7 @@ type dataItem struct {
 	repl   []*node       // at w.Replaces
 	apply  func(ctx context.Context) error
 	cancel context.CancelFunc
-	def    *deferral // the deferral this is a re-run of
-	gone   bool      // superseded or finished
+	gone   bool // superseded or finished
 }
 
 // deferral is the one deferred re-run of a key.
@@ -276,9 +275,6 @@ func (u *Updater) admitLocked(w *DataWork, at *dataItem, origin uint64, after *[
 		}
 		u.coalesce[it.key] = it
 	}
-	if d := u.defs[it.key]; d != nil && origin != 0 && d.origin == origin {
-		it.def = d
-	}
 	if at != nil {
 		it.el = u.data.InsertBefore(it, at.el)
 	} else {
@@ -354,9 +350,13 @@ func (u *Updater) dropDeferralLocked(d *deferral, after *[]func()) {
 	*after = append(*after, d.s.Stop)
 }
 
-// newerPendingLocked reports whether work newer than origin is pending for
-// key it, or replaces its path.
-func (u *Updater) newerPendingLocked(it *dataItem) bool {
+// newerPendingLocked reports whether work newer than it is pending for its
+// key, or replaces its path.
+func (u *Updater) newerPendingLocked(it *dataItem) bool { return u.newerLocked(it, false) }
+
+// newerLocked is newerPendingLocked; replacersOnly counts only the newer
+// work that replaces its path (a newer patch needs the older PUT first).
+func (u *Updater) newerLocked(it *dataItem, replacersOnly bool) bool {
 	if it.w.Unordered || it.w.Key != "" {
 		if o := u.coalesce[it.key]; o != nil && o != it && o.origin > it.origin {
 			return true
@@ -376,6 +376,9 @@ func (u *Updater) newerPendingLocked(it *dataItem) bool {
 		if n = n.kids[it.w.Path[i]]; n == nil {
 			return false
 		}
+	}
+	if replacersOnly {
+		return false
 	}
 	for o := range n.items {
 		if o != it && o.origin > it.origin {
@@ -507,7 +510,7 @@ func (u *Updater) prepWorker(ctx context.Context) {
 // replaces w's path supersedes it at once.
 func (u *Updater) expandLocked(w *DataWork, at *dataItem, after *[]func()) []*dataItem {
 	it := u.admitLocked(w, at, at.origin, after)
-	if u.newerPendingLocked(it) && len(w.Replaces) > 0 {
+	if u.newerLocked(it, true) {
 		u.supersedeLocked(it, after)
 		return nil
 	}

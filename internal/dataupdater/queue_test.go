@@ -37,20 +37,29 @@ func TestU1_OlderDeferralNeverOverwritesNewer(t *testing.T) {
 }
 
 // TestU1_BaseLoadReservesItsPlace: a notification that arrives while the
-// sources config is being fetched is written after the base data, so the
-// older base data never overwrites it.
+// sources config is being fetched is written after the base data: a PUT
+// supersedes the older base entry, a PATCH applies on top of it.
 func TestU1_BaseLoadReservesItsPlace(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		r := newRig(t, rigOpt{})
-		gate := make(chan struct{})
-		r.src.set("/data/config", reply{status: 200, gate: gate, body: `{"entries":[{"url":"","data":{"v":"base"},"dst_path":"/users"}]}`})
-		r.du.OnConnect()
-		synctest.Wait()
-		r.notify(update(`{"url":"","data":{"v":"notified"},"dst_path":"/users"}`))
-		synctest.Wait()
-		close(gate)
-		r.wantDoc(`{"users":{"v":"notified"}}`)
-	})
+	cases := []struct{ name, notified, want string }{
+		{"U1_newer_put_wins_over_base", `{"url":"","data":{"v":"notified"},"dst_path":"/users"}`, `{"users":{"v":"notified"}}`},
+		// Catches: a newer patch superseding the base PUT it needs.
+		{"U1_newer_patch_applies_on_base", `{"url":"","save_method":"PATCH","data":[{"op":"add","path":"/w","value":1}],"dst_path":"/users"}`, `{"users":{"v":"base","w":1}}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
+				r := newRig(t, rigOpt{})
+				gate := make(chan struct{})
+				r.src.set("/data/config", reply{status: 200, gate: gate, body: `{"entries":[{"url":"","data":{"v":"base"},"dst_path":"/users"}]}`})
+				r.du.OnConnect()
+				synctest.Wait()
+				r.notify(update(tc.notified))
+				synctest.Wait()
+				close(gate)
+				r.wantDoc(tc.want)
+			})
+		})
+	}
 }
 
 // TestStaleBaseWriteSkipped: a base entry already fetched but still queued
