@@ -132,9 +132,25 @@ type node struct {
 	parent *node
 	seg    string
 	kids   map[string]*node
-	items  map[*dataItem]struct{}
-	repl   map[*dataItem]struct{}
+	items  []*dataItem // pending works at this path (few: a slice is smaller than a map)
+	repl   []*dataItem // pending works that replace this path
 	def    *deferral
+}
+
+// without returns s without it (order kept: arrival order).
+func without(s []*dataItem, it *dataItem) []*dataItem {
+	for i, o := range s {
+		if o == it {
+			copy(s[i:], s[i+1:])
+			s[len(s)-1] = nil
+			s = s[:len(s)-1]
+			if len(s) == 0 {
+				return nil
+			}
+			return s
+		}
+	}
+	return s
 }
 
 func (n *node) child(seg string) *node {
@@ -255,7 +271,7 @@ func (u *Updater) admitLocked(w *DataWork, at *dataItem, origin uint64, after *[
 			continue
 		}
 		n.walk(func(n *node) {
-			for o := range n.items {
+			for _, o := range append([]*dataItem(nil), n.items...) {
 				if o.origin < it.origin && o.state != stWriting {
 					u.supersedeLocked(o, after)
 				}
@@ -282,17 +298,11 @@ func (u *Updater) admitLocked(w *DataWork, at *dataItem, origin uint64, after *[
 	}
 	if !w.Unordered {
 		it.node = u.root.at(w.Path)
-		if it.node.items == nil {
-			it.node.items = map[*dataItem]struct{}{}
-		}
-		it.node.items[it] = struct{}{}
+		it.node.items = append(it.node.items, it)
 	}
 	for _, r := range w.Replaces {
 		n := u.root.at(r)
-		if n.repl == nil {
-			n.repl = map[*dataItem]struct{}{}
-		}
-		n.repl[it] = struct{}{}
+		n.repl = append(n.repl, it)
 		it.repl = append(it.repl, n)
 	}
 	if w.Prepare == nil {
@@ -311,11 +321,11 @@ func (u *Updater) removeLocked(it *dataItem) {
 	it.gone = true
 	u.data.Remove(it.el)
 	if it.node != nil {
-		delete(it.node.items, it)
+		it.node.items = without(it.node.items, it)
 		it.node.prune()
 	}
 	for _, n := range it.repl {
-		delete(n.repl, it)
+		n.repl = without(n.repl, it)
 		n.prune()
 	}
 	if u.coalesce[it.key] == it {
@@ -365,7 +375,7 @@ func (u *Updater) newerLocked(it *dataItem, replacersOnly bool) bool {
 	}
 	n := u.root
 	for i := 0; ; i++ {
-		for o := range n.repl {
+		for _, o := range n.repl {
 			if o != it && o.origin > it.origin {
 				return true
 			}
@@ -380,7 +390,7 @@ func (u *Updater) newerLocked(it *dataItem, replacersOnly bool) bool {
 	if replacersOnly {
 		return false
 	}
-	for o := range n.items {
+	for _, o := range n.items {
 		if o != it && o.origin > it.origin {
 			return true
 		}
