@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opal-go/opal-client/internal/devserver"
 	"github.com/opal-go/opal-client/internal/testutil"
 )
 
@@ -309,5 +310,37 @@ func TestE2E_ExternalStoreBulkUpdate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestE2E_ExternalStoreDeferralSuperseded: an entry whose source stays down
+// is deferred; a newer inline write to the same path lands in `opa run` and
+// deletes the deferral, so the older entry can never overwrite it.
+func TestE2E_ExternalStoreDeferralSuperseded(t *testing.T) {
+	const accounts = `{"dave":{"roles":["viewer"]}}`
+	o := startOPA(t, freeAddr(t))
+	srv := newDataServer(t, accounts)
+	env := externalEnv(o.addr)
+	env["OPAL_OPA_HEALTH_CHECK_POLICY_ENABLED"] = "false"
+	h := startData(t, srv, env)
+	h.loaded()
+	writeAccounts(t, srv.dataDir, `{"v":"old"}`)
+	srv.dev.Script(accountsPath, devserver.Answer{Status: 503}, devserver.Answer{Status: 503}, devserver.Answer{Status: 503})
+	h.publish(`{"entries":[{"url":"` + srv.srv.URL + accountsPath + `","dst_path":"/accounts"}]}`)
+	if tx := h.dataTx(); tx.Success {
+		t.Fatal("a source answering 503 was written")
+	}
+	if k, _ := h.a.queue.DataDeferrals(); k != 1 {
+		t.Fatalf("%d deferrals after the source stayed down, want 1", k)
+	}
+	h.publish(`{"entries":[{"url":"","dst_path":"/accounts","data":{"v":"new"}}]}`)
+	if tx := h.dataTx(); !tx.Success {
+		t.Fatalf("the newer write failed: %s", tx.Error)
+	}
+	if k, n := h.a.queue.DataDeferrals(); k != 0 || n != 0 {
+		t.Fatalf("deferrals %d timers %d after a newer write of the path, want 0 0", k, n)
+	}
+	if got := o.get("/v1/data/accounts"); !reflect.DeepEqual(got, map[string]any{"v": "new"}) {
+		t.Fatalf("data.accounts = %v, want the newer data", got)
 	}
 }
