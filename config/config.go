@@ -40,13 +40,15 @@ const (
 	DefaultInlineOPAAddr         = "127.0.0.1:8181"
 	DefaultPolicyBundleMaxBytes  = 100 << 20
 	DefaultPubSubMaxMessageBytes = 64 << 20
+	// DefaultDataFetchConcurrency is how many data entries are fetched at once.
+	DefaultDataFetchConcurrency = 8
 	// DefaultStoreBackupPath and DefaultStoreBackupInterval are the Python
 	// client's (and internal/backup's) defaults.
 	// DefaultStatisticsAddClientChannel is the Python client's
 	// STATISTICS_ADD_CLIENT_CHANNEL.
 	DefaultStatisticsAddClientChannel = "__opal_stats_add"
-	DefaultStoreBackupPath     = "/opal/backup/opa.json"
-	DefaultStoreBackupInterval = 60 * time.Second
+	DefaultStoreBackupPath            = "/opal/backup/opa.json"
+	DefaultStoreBackupInterval        = 60 * time.Second
 )
 
 // Config is the parsed environment. Load and LoadFrom fill every field,
@@ -76,6 +78,7 @@ type Config struct {
 	DefaultUpdateCallbacks      []string         // OPAL_DEFAULT_UPDATE_CALLBACKS (callback URLs)
 	FetchingCallbackTimeout     time.Duration    // OPAL_FETCHING_CALLBACK_TIMEOUT
 	HTTPFetcherTimeout          time.Duration    // OPAL_HTTP_FETCHER_TIMEOUT
+	DataFetchConcurrency        int              // OPAL_DATA_UPDATER_FETCH_CONCURRENCY (ours), or OPAL_FETCHING_WORKER_COUNT
 
 	KeepAliveInterval     time.Duration // OPAL_KEEP_ALIVE_INTERVAL (whole seconds, 0 = off)
 	PubSubMaxMessageBytes int64         // OPAL_PUBSUB_MAX_MESSAGE_BYTES (ours)

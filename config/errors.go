@@ -2,8 +2,8 @@ package config
 
 import (
 	"fmt"
-	"net/url"
-	"strings"
+
+	"github.com/opal-go/opal-client/internal/redact"
 )
 
 // Error is a bad configuration value. Its text is one line that names the
@@ -60,58 +60,7 @@ func oneLine(s string) string {
 }
 
 // redactURL hides what in a URL may be a secret, for error lines and Masked:
-// the whole user info (a token is often the user name, which
-// url.URL.Redacted keeps), every query value and the fragment. A value that
-// does not parse into a URL with a host is cut by hand.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" {
-		return redactRawURL(s)
-	}
-	if u.User != nil {
-		u.User = url.User(redacted)
-	}
-	if u.RawQuery != "" {
-		q := u.Query() // malformed pairs are dropped, which hides them too
-		for _, vs := range q {
-			for i := range vs {
-				vs[i] = redacted
-			}
-		}
-		u.RawQuery = q.Encode()
-		if u.RawQuery == "" {
-			u.RawQuery = redacted
-		}
-	}
-	if u.Fragment != "" {
-		u.Fragment, u.RawFragment = redacted, ""
-	}
-	return u.String()
-}
+// the agent's one redaction (internal/redact).
+func redactURL(s string) string { return redact.URL(s) }
 
-// redactRawURL cuts an unparsable URL at the first '?' or '#' and replaces
-// everything from the scheme to the last '@' (user info, maybe mangled).
-func redactRawURL(s string) string {
-	if i := strings.IndexAny(s, "?#"); i >= 0 {
-		s = s[:i] + "?" + redacted
-	}
-	if i := strings.LastIndex(s, "@"); i >= 0 {
-		start := 0
-		if j := strings.Index(s, "://"); j >= 0 && j < i {
-			start = j + len("://")
-		}
-		s = s[:start] + redacted + s[i:]
-	}
-	return s
-}
-
-func redactURLs(urls []string) []string {
-	out := make([]string, len(urls))
-	for i, u := range urls {
-		out[i] = redactURL(u)
-	}
-	return out
-}
-
-// redacted replaces a hidden part of a URL, as in url.URL.Redacted.
-const redacted = "xxxxx"
+func redactURLs(urls []string) []string { return redact.URLs(urls) }

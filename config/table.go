@@ -280,6 +280,20 @@ var settings = []setting{
 	{name: "OPAL_HTTP_FETCHER_TIMEOUT", section: "data", def: "`5`", doc: "seconds > 0, one data-source attempt",
 		parse: func(p *parser, v *string, c *Config) { c.HTTPFetcherTimeout = p.duration(v, 5*time.Second, true) },
 		show:  func(c *Config) any { return c.HTTPFetcherTimeout.Seconds() }},
+	{name: "OPAL_DATA_UPDATER_FETCH_CONCURRENCY", section: "data", def: "`8`", origin: ours,
+		doc: "1-1024: data entries fetched at once (a bounded worker pool); the store writes stay one at a time, in admission order",
+		parse: func(p *parser, v *string, c *Config) {
+			c.DataFetchConcurrency = int(p.integer(v, DefaultDataFetchConcurrency, 1, 1024))
+		},
+		show: func(c *Config) any { return c.DataFetchConcurrency }},
+	{name: "OPAL_FETCHING_WORKER_COUNT", section: "data", def: "`6` (Python)",
+		doc: "1-1024: the Python client's fetcher worker count, read as `OPAL_DATA_UPDATER_FETCH_CONCURRENCY` when that is " +
+			"unset (so an unset pair means 8 here, 6 in Python)",
+		parse: func(p *parser, v *string, c *Config) {
+			if get(v, "") != "" && !p.isSet("OPAL_DATA_UPDATER_FETCH_CONCURRENCY") {
+				c.DataFetchConcurrency = int(p.integer(v, DefaultDataFetchConcurrency, 1, 1024))
+			}
+		}},
 
 	// Policy store.
 	{name: "OPAL_POLICY_STORE_TYPE", section: "store", def: "`OPA`",
@@ -493,7 +507,6 @@ var settings = []setting{
 	notRead("OPAL_LOG_FILE_LEVEL", "`INFO`", "as `OPAL_LOG_TO_FILE`"),
 	notRead("OPAL_STATISTICS_REMOVE_CLIENT_CHANNEL", "`__opal_stats_rm`", "nothing is published on removal: the server drops a client from its statistics when its socket closes"),
 	notRead("OPAL_FETCH_PROVIDER_MODULES", "`[\"opal_common.fetcher.providers\"]`", "only the built-in HTTP fetcher; Python fetch-provider modules cannot be loaded"),
-	notRead("OPAL_FETCHING_WORKER_COUNT", "`6`", "data entries on disjoint paths are fetched concurrently, without a worker limit"),
 	notRead("OPAL_FETCHING_ENQUEUE_TIMEOUT", "`10`", "there is no bounded fetch queue to wait on"),
 	notRead("OPAL_HTTP_FETCHER_PROVIDER_CLIENT", "`aiohttp`", "one HTTP client, Go's net/http"),
 	notRead("OPAL_MTLS_CLIENT_CERT", "unset", "no client certificate is sent to the OPAL server (mutual TLS is not supported)"),

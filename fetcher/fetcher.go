@@ -25,6 +25,8 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	redactpkg "github.com/opal-go/opal-client/internal/redact"
+
 	"github.com/opal-go/opal-client/config"
 	"github.com/opal-go/opal-client/internal/backoff"
 )
@@ -637,25 +639,19 @@ func shorten(s string) string {
 	return s
 }
 
-// redact drops the query of a URL in a transport error: a redirect may put a
-// token there (protocol §6.3).
+// redact hides the secrets of the URL in a transport error (user info,
+// query values, fragment: internal/redact): a redirect may put a token there
+// (protocol §6.3), and a data source's URL may carry one.
 func redact(err error) error {
 	var ue *url.Error
 	if !errors.As(err, &ue) {
 		return err
 	}
-	c := *ue
-	if u, perr := url.Parse(ue.URL); perr == nil {
-		if u.RawQuery == "" {
-			return err
-		}
-		u.RawQuery = "..."
-		c.URL = u.String()
-	} else if i := strings.IndexByte(ue.URL, '?'); i >= 0 {
-		// Unparsable (a control byte, say): the query is still there, cut it by hand.
-		c.URL = ue.URL[:i] + "?..."
-	} else {
+	r := redactpkg.URL(ue.URL)
+	if r == ue.URL {
 		return err
 	}
+	c := *ue
+	c.URL = r
 	return &c
 }

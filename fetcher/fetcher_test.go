@@ -421,7 +421,7 @@ func TestF8_RequestAttemptsOverride(t *testing.T) {
 	}
 }
 
-// Finding 5 (§6.3): no URL query reaches an error or a log line, whether the
+// §6.3: no URL query value reaches an error or a log line, whether the
 // URL parses (a redirect's target) or not (a control byte in it).
 func TestRedact_QueryNotShown(t *testing.T) {
 	const secret = "SECRET-Q"
@@ -448,7 +448,7 @@ func TestRedact_QueryNotShown(t *testing.T) {
 			if strings.Contains(err.Error(), secret) || strings.Contains(r.logs.String(), secret) {
 				t.Errorf("query leaked:\nerror: %v\nlogs: %s", err, r.logs)
 			}
-			if !strings.Contains(err.Error(), "?...") {
+			if !strings.Contains(err.Error(), "xxxxx") {
 				t.Errorf("error %q does not show the query was cut", err)
 			}
 		})

@@ -115,7 +115,7 @@ type rigOpt struct {
 	maxRounds int
 	disabled  bool
 	noSched   bool
-	queueSize int
+	workers   int
 	ceiling   time.Duration // 0 means one minute unless exact
 	rand      func() float64
 	exact     bool // take maxRounds and ceiling as given, zeros included
@@ -146,7 +146,7 @@ func newRig(t *testing.T, o rigOpt) *rig {
 				r.mu.Unlock()
 			}})
 	}
-	r.u = updater.New(updater.Options{Store: r.st, Fetcher: r.f, Scheduler: r.s, Dirs: o.dirs, QueueSize: o.queueSize,
+	r.u = updater.New(updater.Options{Store: r.st, Fetcher: r.f, Scheduler: r.s, Dirs: o.dirs, FetchWorkers: o.workers,
 		Clock: r.clk, Logger: logger, OnTransaction: func(tx updater.Transaction) {
 			r.mu.Lock()
 			r.txs = append(r.txs, tx)

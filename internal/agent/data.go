@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/opal-go/opal-client/internal/dataupdater"
 	"github.com/opal-go/opal-client/internal/status"
+	"github.com/opal-go/opal-client/scheduler"
 	"github.com/opal-go/opal-client/updater"
 )
 
@@ -47,4 +49,43 @@ func NewDataUpdater(d DataDeps) (DataUpdater, error) {
 			}
 		},
 	}), nil
+}
+
+// healthPolicyKey is the update queue's key of the health-check policy.
+const healthPolicyKey = "\x00health-check policy"
+
+// queuedHealthPolicy writes the health-check policy through the update
+// queue (U1): one key, coalesced (latest wins), so a burst of transactions
+// costs one compile, not one per entry. A write that fails transiently (the
+// store not up yet) is retried under the deferral's backoff.
+type queuedHealthPolicy struct{ a *Agent }
+
+// SetHealthPolicy queues the write of rego and returns at once.
+func (h *queuedHealthPolicy) SetHealthPolicy(_ context.Context, rego string) error {
+	a := h.a
+	return a.queue.Data(updater.DataWork{
+		Name:      "health-check policy",
+		Key:       healthPolicyKey,
+		Unordered: true,
+		Coalesce:  true, // guard: mutation "false" compiles once per transaction (TestHealthPolicyCoalesced)
+		Apply:     func(ctx context.Context) error { return a.store.SetHealthPolicy(ctx, rego) },
+		Done: func(err error) {
+			switch {
+			case err == nil:
+				a.log.Debug("health-check policy written") // one compile (docs/performance.md counts these)
+			case err != updater.ErrSuperseded:
+				a.log.Warn("health-check policy not written", "error", err)
+			}
+		},
+		Defer: func(fire func()) *scheduler.Scheduler {
+			return scheduler.New(scheduler.Options{
+				Enabled:       a.cfg.PolicyUpdaterRescheduleOnRetryable,
+				MaxRetryAfter: a.cfg.PolicyUpdaterMaxRetryAfter,
+				MaxRounds:     a.cfg.PolicyUpdaterMaxDeferredRounds,
+				Clock:         a.clk,
+				Rand:          a.o.Rand,
+				Fire:          fire,
+			})
+		},
+	})
 }

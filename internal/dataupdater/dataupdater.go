@@ -4,11 +4,12 @@
 // source with the fetcher's classified retry (F1-F8), and writes the result
 // through the serial update queue (U1) into the store.
 //
-// Fetches run concurrently and off the queue, so a slow source never holds
-// up a policy update; only the store writes are queued. Entries on
-// overlapping dst_paths are fetched and written in arrival order. A source
-// that stays down arms a deferred re-fetch of its own entry with a
-// scheduler (D1-D3), one timer per entry.
+// Every entry is admitted to the queue on arrival, keyed by its dst_path
+// (U1); the queue fetches in its bounded worker pool, coalesces per path
+// (latest wins), keeps overlapping paths in arrival order and holds at most
+// one deferred re-fetch per path (D1-D3), superseded by anything newer. The
+// base data load takes its place in the queue when the connect happens, not
+// when its config arrives.
 package dataupdater
 
 import (
@@ -22,6 +23,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -78,7 +80,7 @@ var ErrFetchTimeout = errors.New("fetch exceeded OPAL_FETCHING_CALLBACK_TIMEOUT"
 
 // Queue is the serial update queue; *updater.Updater implements it.
 type Queue interface {
-	Data(name string, apply func(ctx context.Context) error) error
+	Data(w updater.DataWork) error
 }
 
 // Options configure an Updater. Zero values take the defaults noted.
@@ -131,11 +133,10 @@ type Options struct {
 // never block on the network: work runs in goroutines, writes go through
 // the Queue.
 type Updater struct {
-	o     Options
-	f     *fetcher.Fetcher
-	clk   clock.Clock
-	log   *slog.Logger
-	order order
+	o   Options
+	f   *fetcher.Fetcher
+	clk clock.Clock
+	log *slog.Logger
 
 	ctx    context.Context // ends at Stop
 	cancel context.CancelFunc
@@ -144,14 +145,6 @@ type Updater struct {
 	mu         sync.Mutex
 	stopped    bool
 	connCancel context.CancelFunc // the running base load and its periodic timers
-	deferred   map[string]*deferral
-}
-
-// deferral is the single deferred re-fetch timer of one entry (or of the
-// base data config), with the latest version of what to re-run.
-type deferral struct {
-	s   *scheduler.Scheduler
-	run func()
 }
 
 // New returns an Updater; it does nothing until OnConnect or OnNotify.
@@ -165,7 +158,7 @@ func New(o Options) *Updater {
 	if o.Retry == (config.ConnRetryOptions{}) {
 		o.Retry = config.DefaultPolicyUpdaterConnRetry()
 	}
-	u := &Updater{o: o, clk: o.Clock, log: o.Logger, deferred: map[string]*deferral{}}
+	u := &Updater{o: o, clk: o.Clock, log: o.Logger}
 	if u.clk == nil {
 		u.clk = clock.New()
 	}
@@ -187,20 +180,16 @@ func New(o Options) *Updater {
 }
 
 // OnConnect loads base data (protocol §6.3): it cancels the previous load
-// and its periodic timers, cancels (keeping their rounds, as D5/D6) every
-// pending deferral, then fetches the sources config and runs its entries.
-// It returns at once.
+// and its periodic timers, and admits the new load to the queue now, so a
+// notification that arrives while the sources config is fetched is written
+// after the base data, never under it. It returns at once.
 func (u *Updater) OnConnect() {
 	u.mu.Lock()
+	defer u.mu.Unlock()
 	if u.stopped {
-		u.mu.Unlock()
 		return
 	}
-	for _, d := range u.deferred {
-		d.s.Cancel()
-	}
 	u.restartLoadLocked()
-	u.mu.Unlock()
 }
 
 // Trigger reloads base data, as POST /data-updater/trigger asks.
@@ -227,18 +216,19 @@ func (u *Updater) OnNotify(topic string, data json.RawMessage) {
 	u.Apply(up)
 }
 
-// Apply runs a DataUpdate: each entry whose topics match is fetched and
-// written, concurrently with entries on other paths. It returns at once.
+// Apply admits a DataUpdate: each entry whose topics match goes to the
+// queue now, keyed by its dst_path. It returns at once.
 func (u *Updater) Apply(up *Update) {
 	id := up.ID
 	if id == "" {
 		id = randomID()
 	}
-	u.apply(u.ctx, id, up.Reason, up.Entries, reportTargets(up, u.o))
+	u.admit(u.ctx, id, up.Reason, up.Entries, reportTargets(up, u.o))
 }
 
 // Stop cancels every fetch, timer and pending write of the updater and waits
-// for its goroutines. Later calls do nothing.
+// for its goroutines. Later calls do nothing. Work already admitted to the
+// queue finds the updater stopped and writes nothing.
 func (u *Updater) Stop() {
 	u.mu.Lock()
 	if u.stopped {
@@ -246,13 +236,8 @@ func (u *Updater) Stop() {
 		return
 	}
 	u.stopped = true
-	ds := u.deferred
-	u.deferred = map[string]*deferral{}
 	u.mu.Unlock()
 	u.cancel()
-	for _, d := range ds {
-		d.s.Stop()
-	}
 	u.wg.Wait()
 }
 
@@ -276,16 +261,50 @@ func (u *Updater) spawn(f func()) bool {
 	return true
 }
 
-const configKey = "\x00config"
+// baseKey is the queue key of the base data load: not a data path.
+const baseKey = "\x00base data"
 
-// loadBase fetches the sources config and runs its entries: those without
-// an interval as one update, each periodic one now and on its own timer.
-func (u *Updater) loadBase(ctx context.Context) {
-	if u.o.SourcesURL == "" {
+// restartLoadLocked cancels the running base load and its periodic timers,
+// and admits a new load; u.mu is held and not stopped.
+func (u *Updater) restartLoadLocked() {
+	if u.connCancel != nil {
+		u.connCancel()
+	}
+	ctx, cancel := context.WithCancel(u.ctx)
+	u.connCancel = cancel
+	if u.o.SourcesURL == "" || u.o.Queue == nil {
 		return
 	}
+	start := u.clk.Now()
+	_ = u.o.Queue.Data(updater.DataWork{
+		Name: "base data load",
+		Key:  baseKey,
+		// The root: the load's entries are unknown until its config
+		// arrives, so everything admitted after it waits.
+		Path:     nil,
+		Coalesce: true, // a newer connect replaces a load still pending
+		Prepare: func(qctx context.Context) (*updater.Prepared, error) {
+			return u.loadBase(ctx, qctx)
+		},
+		Done: func(err error) {
+			if err == nil || ctx.Err() != nil || errors.Is(err, updater.ErrSuperseded) {
+				return
+			}
+			u.log.Warn("base data sources config not loaded", "error", err)
+			u.recordTx(randomID(), "", start, err)
+		},
+		Defer: u.deferral("base data sources config"),
+	})
+}
+
+// loadBase fetches the sources config and returns its entries, to take the
+// load's place in the queue: those without an interval as one update, each
+// periodic one now and then on its own timer.
+func (u *Updater) loadBase(ctx, qctx context.Context) (*updater.Prepared, error) {
+	fctx, cancel := mergeCancel(qctx, ctx)
+	defer cancel()
 	var entries []Entry
-	_, err := u.fetchBounded(ctx, func(ctx context.Context) (*http.Request, error) {
+	_, err := u.fetchBounded(fctx, func(ctx context.Context) (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.o.SourcesURL, nil)
 		if err == nil && u.o.Token != "" {
 			req.Header.Set("Authorization", "Bearer "+u.o.Token)
@@ -297,15 +316,11 @@ func (u *Updater) loadBase(ctx context.Context) {
 		return err
 	})
 	if ctx.Err() != nil {
-		return
+		return nil, ctx.Err()
 	}
 	if err != nil {
-		u.log.Warn("base data sources config not loaded", "error", err)
-		u.recordTx(randomID(), "", u.clk.Now(), err)
-		u.defer_(configKey, err, func() { u.OnConnectDeferred() })
-		return
+		return nil, err
 	}
-	u.succeeded(configKey)
 	var once []Entry
 	for _, e := range entries {
 		if e.PeriodicUpdateInterval != nil && e.Validate() == nil {
@@ -315,39 +330,26 @@ func (u *Updater) loadBase(ctx context.Context) {
 		}
 		once = append(once, e)
 	}
-	u.apply(ctx, randomID(), "Initial load", once, reportTargets(nil, u.o))
-}
-
-// OnConnectDeferred is the deferred retry of a base load whose sources
-// config could not be fetched: it reloads without cancelling the other
-// deferrals.
-func (u *Updater) OnConnectDeferred() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.stopped {
-		return
+	works := u.works(ctx, randomID(), "Initial load", once, reportTargets(nil, u.o))
+	if works == nil {
+		works = []*updater.DataWork{}
 	}
-	u.restartLoadLocked()
+	return &updater.Prepared{Expand: works}, nil
 }
 
-// restartLoadLocked cancels the running base load and its periodic timers,
-// and starts a new load; u.mu is held and not stopped.
-func (u *Updater) restartLoadLocked() {
-	if u.connCancel != nil {
-		u.connCancel()
-	}
-	ctx, cancel := context.WithCancel(u.ctx)
-	u.connCancel = cancel
-	u.goLocked(func() { u.loadBase(ctx) })
+// mergeCancel is a context cancelled when either a or b ends.
+func mergeCancel(a, b context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(a)
+	stop := context.AfterFunc(b, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
-// poll runs a periodic entry now and then every interval until ctx ends
+// poll admits a periodic entry now and then every interval until ctx ends
 // (reconnect or Stop): one timer per entry.
 func (u *Updater) poll(ctx context.Context, e Entry) {
 	every := periodicEvery(*e.PeriodicUpdateInterval)
 	for {
-		wait, s := u.order.admit(e.Path())
-		u.runEntry(ctx, randomID(), "Periodic update", e, wait, s, nil)
+		u.admit(ctx, randomID(), "Periodic update", []Entry{e}, nil)
 		t := u.clk.Timer(every)
 		select {
 		case <-ctx.Done():
@@ -358,61 +360,129 @@ func (u *Updater) poll(ctx context.Context, e Entry) {
 	}
 }
 
-// apply admits the matching entries in order, then runs each in its own
-// goroutine.
-func (u *Updater) apply(ctx context.Context, id, reason string, entries []Entry, report []string) {
+// admit queues the matching entries in order.
+func (u *Updater) admit(ctx context.Context, id, reason string, entries []Entry, report []callback) {
+	if u.o.Queue == nil {
+		return
+	}
+	for _, w := range u.works(ctx, id, reason, entries, report) {
+		_ = u.o.Queue.Data(*w)
+	}
+}
+
+// works turns the matching entries of one update into queue works; an
+// entry refused before any fetch (Validate) is reported at once.
+func (u *Updater) works(ctx context.Context, id, reason string, entries []Entry, report []callback) []*updater.DataWork {
 	var rep *reporter
 	if len(report) > 0 {
 		rep = newReporter(u, id, report)
 	}
+	var out []*updater.DataWork
 	for _, e := range entries {
 		if !e.matches(u.o.Topics) {
 			u.outcome(OutcomeSkipped)
 			u.log.Debug("data entry skipped: no subscribed topic", "dst_path", e.DstPath, "topics", e.Topics)
 			continue
 		}
-		wait, s := u.order.admit(e.Path())
 		rep.add()
-		if !u.spawn(func() { u.runEntry(ctx, id, reason, e, wait, s, rep) }) {
-			u.order.release(s)
-			return
+		if err := e.Validate(); err != nil {
+			u.finish(ctx, id, reason, e, u.clk.Now(), nil, err, rep)
+			continue
 		}
+		out = append(out, u.work(ctx, id, reason, e, rep))
 	}
 	rep.close()
+	return out
 }
 
-// runEntry waits for the earlier entries on overlapping paths, fetches,
-// writes through the queue, and reports. s is released at the end.
-func (u *Updater) runEntry(ctx context.Context, id, reason string, e Entry, wait []chan struct{}, s *slot, rep *reporter) {
-	defer u.order.release(s)
-	for _, w := range wait {
-		select {
-		case <-w:
-		case <-ctx.Done():
-			return
+// work is the queue work of one entry: fetch in the pool, write alone.
+func (u *Updater) work(ctx context.Context, id, reason string, e Entry, rep *reporter) *updater.DataWork {
+	path := e.Path()
+	w := &updater.DataWork{Name: e.Method() + " /" + joinPath(path), Path: path}
+	if e.Method() == MethodPut {
+		if len(path) > 0 {
+			w.Replaces = [][]string{path}
+		} else if keys := inlineRootKeys(e); keys != nil {
+			w.Replaces = keys
 		}
 	}
+	var reported atomic.Bool
+	var body []byte
 	start := u.clk.Now()
-	w, err := u.prepare(ctx, e)
-	if err == nil {
-		err = u.write(ctx, e, w)
+	w.Prepare = func(qctx context.Context) (*updater.Prepared, error) {
+		start = u.clk.Now()
+		pctx, cancel := mergeCancel(qctx, ctx)
+		defer cancel()
+		wr, b, err := u.prepare(pctx, e)
+		body = b
+		if err != nil {
+			return nil, err
+		}
+		return &updater.Prepared{Apply: func(qctx context.Context) error {
+			if ctx.Err() != nil {
+				// Superseded (reconnect) or stopped while queued: a stale
+				// base write must not land after the new load's.
+				return ctx.Err() // guard: mutation "_ = 0" writes a stale base entry (TestStaleBaseWriteSkipped)
+			}
+			if u.o.Store == nil {
+				return errors.New("dataupdater: no store")
+			}
+			return u.o.Store.WriteData(qctx, wr)
+		}}, nil
 	}
-	if ctx.Err() != nil && err != nil {
+	w.Done = func(err error) {
+		r := rep
+		if reported.Swap(true) {
+			r = nil // a deferred re-run: the update's report went already
+		}
+		u.finish(ctx, id, reason, e, start, body, err, r)
+	}
+	if u.o.Reschedule {
+		w.Defer = u.deferral("data entry " + w.Name)
+	}
+	return w
+}
+
+// inlineRootKeys are the top-level keys an inline root PUT writes (it
+// replaces them whole), or nil.
+func inlineRootKeys(e Entry) [][]string {
+	if !e.Inline() {
+		return nil
+	}
+	v, err := decodeValue(e.Data)
+	if err != nil {
+		return nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil
+	}
+	out := make([][]string, 0, len(m))
+	for k := range m {
+		out = append(out, []string{k})
+	}
+	return out
+}
+
+// finish records one run's outcome: report, transaction, metrics, log.
+func (u *Updater) finish(ctx context.Context, id, reason string, e Entry, start time.Time, body []byte, err error, rep *reporter) {
+	if err != nil && (ctx.Err() != nil || u.ctx.Err() != nil) {
 		return // cancelled by reconnect or Stop: not an outcome
 	}
-	rep.done(e, err)
+	rep.done(e, body, err)
+	if errors.Is(err, updater.ErrSuperseded) {
+		u.log.Debug("data entry superseded by a newer update", "id", id, "dst_path", e.DstPath)
+		return
+	}
 	u.recordTx(id, e.Method(), start, err)
-	key := e.key()
 	var nr *fetcher.NonRetryableError
 	var rt *fetcher.RetryableError
 	switch {
 	case err == nil:
 		u.outcome(OutcomeSuccess)
-		u.succeeded(key)
 		u.log.Debug("data entry written", "id", id, "reason", reason, "dst_path", e.DstPath, "method", e.Method())
-	case errors.As(err, &rt) && rt.Exhausted:
+	case errors.As(err, &rt):
 		u.outcome(OutcomeFetchFailed)
-		u.defer_(key, err, func() { u.rerun(e) })
 	case errors.As(err, &nr):
 		u.outcome(OutcomeFetchFailed)
 	case isInvalid(err):
@@ -420,7 +490,15 @@ func (u *Updater) runEntry(ctx context.Context, id, reason string, e Entry, wait
 		u.log.Warn("data entry refused", "id", id, "dst_path", e.DstPath, "error", err)
 	default:
 		u.outcome(OutcomeWriteFailed)
-		u.log.Warn("data entry not written", "id", id, "dst_path", e.DstPath, "error", err)
+		state := "unchanged"
+		if updater.IsPartial(err) {
+			state = "partly written"
+		}
+		retry := "not retried"
+		if updater.IsTransient(err) && u.o.Reschedule {
+			retry = "deferred re-fetch"
+		}
+		u.log.Warn("data entry not written", "id", id, "dst_path", e.DstPath, "store", state, "retry", retry, "error", err)
 	}
 }
 
@@ -432,43 +510,66 @@ func isInvalid(err error) bool {
 	return errors.As(err, &de) || errors.As(err, &pe) || errors.As(err, &pp) || errors.As(err, &rc)
 }
 
-// rerun is a deferred re-fetch of one entry.
-func (u *Updater) rerun(e Entry) {
-	wait, s := u.order.admit(e.Path())
-	if !u.spawn(func() { u.runEntry(u.ctx, randomID(), "Deferred re-fetch", e, wait, s, nil) }) {
-		u.order.release(s)
+// deferral makes the scheduler of one queue key's deferred re-fetch
+// (D1-D3), logged as data; nil when rescheduling is off.
+func (u *Updater) deferral(what string) func(fire func()) *scheduler.Scheduler {
+	if !u.o.Reschedule {
+		return nil
+	}
+	return func(fire func()) *scheduler.Scheduler {
+		return scheduler.New(scheduler.Options{
+			Enabled:       true,
+			MaxRetryAfter: u.o.MaxRetryAfter,
+			MaxRounds:     u.o.MaxDeferredRounds,
+			Clock:         u.clk,
+			Rand:          u.o.Rand,
+			Jitter:        u.o.Jitter,
+			// The scheduler's own lines speak of the policy: log here.
+			Logger: nil,
+			Fire:   fire,
+			OnArm: func(round int, delay time.Duration, flat bool) {
+				if flat {
+					u.log.Debug("data fetch deferred (flat cadence)", "what", what, "round", round, "delay", delay)
+				} else {
+					u.log.Warn("data fetch deferred", "what", what, "round", round, "delay", delay)
+				}
+				if u.o.OnArm != nil {
+					u.o.OnArm(what, round, delay)
+				}
+			},
+		})
 	}
 }
 
-// prepare checks the entry and produces its write: inline data, or the
-// source's answer.
-func (u *Updater) prepare(ctx context.Context, e Entry) (Write, error) {
+// prepare checks the entry and produces its write (inline data, or the
+// source's answer) and the bytes the report's hash is computed from.
+func (u *Updater) prepare(ctx context.Context, e Entry) (Write, []byte, error) {
 	w := Write{Path: e.Path(), Method: e.Method(), SplitRoot: u.o.SplitRootData}
 	if err := e.Validate(); err != nil {
-		return w, err
+		return w, nil, err
 	}
 	body := []byte(e.Data)
 	if !e.Inline() {
 		var err error
 		if body, err = u.fetchSource(ctx, e); err != nil {
-			return w, err
+			return w, nil, err
 		}
 	}
 	if w.Method == MethodPatch {
 		ops, err := DecodePatch(body)
 		w.Patch = ops
-		return w, err
+		return w, body, err
 	}
 	if e.Config != nil && e.Config.IsJSON != nil && !*e.Config.IsJSON && !e.Inline() {
 		w.Value = string(body)
-		return w, nil
+		return w, body, nil
 	}
 	v, err := decodeValue(body)
 	if err != nil {
-		return w, &DecodeError{What: "data", Err: err}
+		return w, nil, &DecodeError{What: "data", Err: err}
 	}
 	w.Value = v
-	return w, nil
+	return w, body, nil
 }
 
 // fetchSource fetches an entry's URL with only its own headers: the OPAL
@@ -537,101 +638,6 @@ func (u *Updater) fetchBounded(ctx context.Context, newRequest func(context.Cont
 		return res, &fetcher.RetryableError{Status: res.LastStatus, Exhausted: true, Message: "no usable answer in time", Err: ErrFetchTimeout}
 	}
 	return res, err
-}
-
-// write queues the store write and waits for it.
-func (u *Updater) write(ctx context.Context, e Entry, w Write) error {
-	if u.o.Queue == nil || u.o.Store == nil {
-		return errors.New("dataupdater: no queue or store")
-	}
-	done := make(chan error, 1)
-	name := e.Method() + " /" + joinPath(w.Path)
-	if err := u.o.Queue.Data(name, func(qctx context.Context) error {
-		if ctx.Err() != nil {
-			// Superseded (reconnect) or stopped while queued: a stale
-			// base write must not land after the new load's.
-			done <- ctx.Err()
-			return nil
-		}
-		err := u.o.Store.WriteData(qctx, w)
-		done <- err
-		return err
-	}); err != nil {
-		return err
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// defer_ arms the entry's own deferral after a fetch ended exhausted on
-// retryable errors; run is what the timer re-runs (D4: it only starts it).
-func (u *Updater) defer_(key string, err error, run func()) {
-	var rt *fetcher.RetryableError
-	if !u.o.Reschedule || !errors.As(err, &rt) || !rt.Exhausted {
-		return
-	}
-	u.mu.Lock()
-	if u.stopped {
-		u.mu.Unlock()
-		return
-	}
-	d, ok := u.deferred[key]
-	if !ok {
-		d = &deferral{}
-		d.s = scheduler.New(scheduler.Options{
-			Enabled:       true,
-			MaxRetryAfter: u.o.MaxRetryAfter,
-			MaxRounds:     u.o.MaxDeferredRounds,
-			Clock:         u.clk,
-			Rand:          u.o.Rand,
-			Jitter:        u.o.Jitter,
-			Logger:        u.log.With("data_entry", key),
-			Fire: func() {
-				u.mu.Lock()
-				r := d.run
-				u.mu.Unlock()
-				r()
-			},
-			OnArm: func(round int, delay time.Duration, _ bool) {
-				if u.o.OnArm != nil {
-					u.o.OnArm(key, round, delay)
-				}
-			},
-		})
-		u.deferred[key] = d
-	}
-	d.run = run
-	u.mu.Unlock()
-	d.s.Arm(rt.RetryAfter, rt.HasRetryAfter)
-}
-
-// succeeded drops the entry's deferral: its timer and its rounds (D5, D6).
-func (u *Updater) succeeded(key string) {
-	u.mu.Lock()
-	d, ok := u.deferred[key]
-	delete(u.deferred, key)
-	u.mu.Unlock()
-	if ok {
-		d.s.Stop()
-	}
-}
-
-// Deferred reports the number of entries with a pending deferral timer, and
-// the number of timers (tests: at most one per entry).
-func (u *Updater) Deferred() (entries, timers int) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	for _, d := range u.deferred {
-		if d.s.Pending() {
-			entries++
-		}
-		timers += d.s.Timers()
-	}
-	return entries, timers
 }
 
 func (u *Updater) outcome(o string) {

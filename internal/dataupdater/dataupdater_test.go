@@ -156,7 +156,7 @@ func TestFetchBound(t *testing.T) {
 		if got := r.outcomesList(); !slices.Equal(got, []string{dataupdater.OutcomeFetchFailed}) {
 			t.Fatalf("outcomes %v", got)
 		}
-		if e, n := r.du.Deferred(); e != 1 || n != 1 {
+		if e, n := r.q.DataDeferrals(); e != 1 || n != 1 {
 			t.Fatalf("deferred entries %d timers %d, want 1 1", e, n)
 		}
 	})
@@ -172,9 +172,10 @@ func TestD1_OneTimerPerEntry(t *testing.T) {
 		r.src.set("/users", reply{status: 503})
 		msg := update(entry("http://src/roles", "/roles"), entry("http://src/users", "/users"))
 		r.notify(msg)
+		synctest.Wait()
 		r.notify(msg) // the same entries again: still one timer each
 		r.advance(100 * time.Millisecond)
-		if e, n := r.du.Deferred(); e != 2 || n != 2 {
+		if e, n := r.q.DataDeferrals(); e != 2 || n != 2 {
 			t.Fatalf("deferred entries %d timers %d, want 2 2", e, n)
 		}
 		// D2: round 1 is 5 s; the re-fetch fails and arms round 2 (10 s).
@@ -182,13 +183,13 @@ func TestD1_OneTimerPerEntry(t *testing.T) {
 		if n := len(r.src.requests("/roles")); n != 3 {
 			t.Fatalf("%d requests of /roles after round 1, want 3", n)
 		}
-		if e, n := r.du.Deferred(); e != 2 || n != 2 {
+		if e, n := r.q.DataDeferrals(); e != 2 || n != 2 {
 			t.Fatalf("after round 1: deferred entries %d timers %d, want 2 2", e, n)
 		}
 		r.src.set("/roles", reply{status: 200, body: `1`})
 		r.advance(10 * time.Second)
 		r.wantDoc(`{"roles":1}`)
-		if e, n := r.du.Deferred(); e != 1 || n != 1 {
+		if e, n := r.q.DataDeferrals(); e != 1 || n != 1 {
 			t.Fatalf("after success: deferred entries %d timers %d, want 1 1", e, n)
 		}
 		// D6: the success reset the entry's rounds: its next outage starts

@@ -3,7 +3,9 @@ package dataupdater_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"github.com/opal-go/opal-client/fetcher"
 	"github.com/opal-go/opal-client/internal/dataupdater"
 	"github.com/opal-go/opal-client/internal/memstore"
+	"github.com/opal-go/opal-client/internal/testutil"
 	"github.com/opal-go/opal-client/updater"
 )
 
@@ -31,6 +34,7 @@ type reply struct {
 	location   string
 	hang       bool
 	gate       chan struct{}
+	refused    bool // a connection error
 }
 
 // sources is an in-memory http.RoundTripper: scripted answers per path
@@ -39,6 +43,13 @@ type sources struct {
 	mu     sync.Mutex
 	script map[string][]reply
 	reqs   []*http.Request
+	bodies map[*http.Request]string
+}
+
+func (s *sources) body(r *http.Request) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bodies[r]
 }
 
 func (s *sources) set(path string, r ...reply) {
@@ -63,8 +74,16 @@ func (s *sources) requests(path string) []*http.Request {
 }
 
 func (s *sources) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		body, _ = io.ReadAll(req.Body)
+	}
 	s.mu.Lock()
 	s.reqs = append(s.reqs, req)
+	if s.bodies == nil {
+		s.bodies = map[*http.Request]string{}
+	}
+	s.bodies[req] = string(body)
 	sc := s.script[req.URL.Path]
 	var r reply
 	switch {
@@ -82,6 +101,9 @@ func (s *sources) RoundTrip(req *http.Request) (*http.Response, error) {
 		case <-req.Context().Done():
 			return nil, req.Context().Err()
 		}
+	}
+	if r.refused {
+		return nil, errors.New("dial tcp: connection refused")
 	}
 	if r.hang {
 		<-req.Context().Done()
@@ -183,6 +205,8 @@ type rig struct {
 	q   *updater.Updater
 	du  *dataupdater.Updater
 
+	log *testutil.LogRecorder
+
 	mu       sync.Mutex
 	txs      []updater.Transaction
 	outcomes []string
@@ -199,7 +223,7 @@ type rigOpt struct {
 }
 
 func newRig(t *testing.T, o rigOpt) *rig {
-	r := &rig{t: t, clk: clock.NewMock(), src: &sources{}, st: &dataStore{}, pol: memstore.New()}
+	r := &rig{t: t, clk: clock.NewMock(), src: &sources{}, st: &dataStore{}, pol: memstore.New(), log: &testutil.LogRecorder{}}
 	if o.topics == nil {
 		o.topics = []string{"policy_data"}
 	}
@@ -210,7 +234,7 @@ func newRig(t *testing.T, o rigOpt) *rig {
 	if pf == nil {
 		pf = fetcher.New(fetcher.Options{ServerURL: "http://opal", HTTPClient: &http.Client{Transport: r.src}, Clock: r.clk})
 	}
-	r.q = updater.New(updater.Options{Store: r.pol, Fetcher: pf, Clock: r.clk})
+	r.q = updater.New(updater.Options{Store: r.pol, Fetcher: pf, Clock: r.clk, Logger: slog.New(r.log)})
 	srcURL := "http://opal/data/config"
 	if o.noSources {
 		srcURL = ""
@@ -219,7 +243,7 @@ func newRig(t *testing.T, o rigOpt) *rig {
 		Store: r.st, Queue: r.q, Topics: o.topics, SourcesURL: srcURL, Token: token,
 		Retry: o.retry, MaxRetryAfter: 60 * time.Second, AttemptTimeout: 5 * time.Second, FetchTimeout: 10 * time.Second,
 		Reschedule: o.reschedule, MaxDeferredRounds: 3, Report: o.report, Callbacks: []string{"http://opal/data/callback_report"},
-		HTTPClient: &http.Client{Transport: r.src}, Clock: r.clk, Rand: func() float64 { return 0.5 },
+		HTTPClient: &http.Client{Transport: r.src}, Clock: r.clk, Rand: func() float64 { return 0.5 }, Logger: slog.New(r.log),
 		Jitter: func(d time.Duration) time.Duration { return d },
 		OnTransaction: func(tx updater.Transaction) {
 			r.mu.Lock()

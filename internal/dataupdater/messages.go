@@ -48,7 +48,14 @@ type SourceConfig struct {
 	IsJSON  *bool             `json:"is_json"` // false stores the body as a JSON string
 	Method  string            `json:"method"`  // get (default), post, put, patch, head, delete
 	Data    json.RawMessage   `json:"data"`    // request body, sent as JSON
+	// Fetcher names the Python client's fetch provider; only the HTTP one
+	// (HTTPFetchProvider, the default) exists here.
+	Fetcher string `json:"fetcher"`
 }
+
+// HTTPFetchProvider is the fetch provider of an entry whose config names
+// none: the only one this client has.
+const HTTPFetchProvider = "HttpFetchProvider"
 
 // DecodeError is a message, source config or payload that is not what the
 // protocol says: the entry (or message) is refused, nothing is written.
@@ -119,6 +126,18 @@ func (e *Entry) Validate() error {
 	if !e.Inline() && e.URL == "" {
 		return &DecodeError{What: "entry", Err: fmt.Errorf("no url and no data")}
 	}
+	if c := e.Config; c != nil && c.Fetcher != "" && c.Fetcher != HTTPFetchProvider && !e.Inline() {
+		// Retrying would never help: refused at once (guard: TestEntryRefusedAtOnce/non_http_fetcher).
+		return &DecodeError{What: "entry", Err: fmt.Errorf("config.fetcher %q is not supported: only %s fetches data here", c.Fetcher, HTTPFetchProvider)}
+	}
+	if strings.ContainsRune(e.DstPath, 0) {
+		return &DecodeError{What: "entry", Err: fmt.Errorf("dst_path holds a NUL byte")}
+	}
+	for _, s := range e.Path() {
+		if s == ".." || s == "." {
+			return &DecodeError{What: "entry", Err: fmt.Errorf("dst_path %q has a %q segment", e.DstPath, s)}
+		}
+	}
 	if e.Inline() && e.Method() == MethodPatch {
 		if _, err := DecodePatch(e.Data); err != nil {
 			return err
@@ -142,12 +161,6 @@ func (e *Entry) matches(subscribed []string) bool {
 		}
 	}
 	return false
-}
-
-// key identifies an entry for its deferral timer: the same source written
-// to the same place the same way.
-func (e *Entry) key() string {
-	return e.Method() + " " + strings.Join(e.Path(), "/") + " " + e.URL
 }
 
 // SplitPath splits a data path ("", "/", "/a/b", "a/b") into segments.

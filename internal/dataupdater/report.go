@@ -7,26 +7,46 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
+
+	"github.com/opal-go/opal-client/internal/redact"
 )
 
-// reportTargets are the callback URLs of an update when reporting is on:
-// the configured ones, then the update's own (a URL or a [url, config] pair).
-func reportTargets(up *Update, o Options) []string {
+// callback is one report target: its URL and, from a [url, config] pair,
+// the method and headers to send it with (as the Python client's
+// HttpFetcherConfig; opal issue #166).
+type callback struct {
+	URL     string
+	Method  string // "" is POST
+	Headers map[string]string
+}
+
+// reportTargets are the callbacks of an update when reporting is on: the
+// configured ones, then the update's own (a URL or a [url, config] pair).
+func reportTargets(up *Update, o Options) []callback {
 	if !o.Report {
 		return nil
 	}
-	out := append([]string(nil), o.Callbacks...)
+	var out []callback
+	for _, c := range o.Callbacks {
+		out = append(out, callback{URL: c})
+	}
 	if up != nil {
 		for _, raw := range up.Callback.Callbacks {
 			var s string
 			if json.Unmarshal(raw, &s) == nil && s != "" {
-				out = append(out, s)
+				out = append(out, callback{URL: s})
 				continue
 			}
 			var pair []json.RawMessage
 			if json.Unmarshal(raw, &pair) == nil && len(pair) > 0 && json.Unmarshal(pair[0], &s) == nil && s != "" {
-				out = append(out, s)
+				c := callback{URL: s}
+				var cfg SourceConfig
+				if len(pair) > 1 && json.Unmarshal(pair[1], &cfg) == nil {
+					c.Method, c.Headers = strings.ToUpper(cfg.Method), cfg.Headers // guard: mutation "c.Method, c.Headers = "", nil" loses the callback's config
+				}
+				out = append(out, c)
 			}
 		}
 	}
@@ -53,14 +73,14 @@ type Report struct {
 // reporter collects the entries of one update; nil reports nothing.
 type reporter struct {
 	u       *Updater
-	targets []string
+	targets []callback
 	mu      sync.Mutex
 	pending int
 	closed  bool
 	rep     Report
 }
 
-func newReporter(u *Updater, id string, targets []string) *reporter {
+func newReporter(u *Updater, id string, targets []callback) *reporter {
 	return &reporter{u: u, targets: targets, rep: Report{UpdateID: id, Reports: []EntryReport{}, UserData: map[string]any{}}}
 }
 
@@ -73,11 +93,15 @@ func (r *reporter) add() {
 	r.mu.Unlock()
 }
 
-func (r *reporter) done(e Entry, err error) {
+func (r *reporter) done(e Entry, body []byte, err error) {
 	if r == nil {
 		return
 	}
 	er := EntryReport{Entry: e, Fetched: true, Saved: err == nil}
+	if body != nil {
+		asText := e.Config != nil && e.Config.IsJSON != nil && !*e.Config.IsJSON && !e.Inline()
+		er.Hash = ReportHash(body, asText)
+	}
 	if err != nil {
 		er.Error = err.Error()
 		var de *DecodeError
@@ -122,21 +146,30 @@ func (r *reporter) maybeSend() {
 	}
 }
 
-// post sends one report, once, within the attempt timeout. The client token
-// goes only to the host of the sources config (the OPAL server).
-func (u *Updater) post(target string, body []byte) {
+// post sends one report, once, within the attempt timeout, with the
+// callback's method (POST by default) and headers. The client token goes
+// only to the host of the sources config (the OPAL server).
+func (u *Updater) post(cb callback, body []byte) {
+	target := cb.URL
+	method := cb.Method
+	if method == "" {
+		method = http.MethodPost
+	}
 	ctx, cancel := context.WithCancel(u.ctx)
 	defer cancel()
 	t := u.clk.AfterFunc(u.o.AttemptTimeout, cancel)
 	defer t.Stop()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(body))
 	if err != nil {
-		u.log.Warn("data update report not sent", "error", err)
+		u.log.Warn("data update report not sent", "callback", redact.URL(target), "error", redact.Error(err))
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if u.o.Token != "" && sameHost(target, u.o.SourcesURL) {
 		req.Header.Set("Authorization", "Bearer "+u.o.Token)
+	}
+	for k, v := range cb.Headers {
+		req.Header.Set(k, v)
 	}
 	client := u.o.HTTPClient
 	if client == nil {
@@ -144,12 +177,12 @@ func (u *Updater) post(target string, body []byte) {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		u.log.Warn("data update report not sent", "error", err)
+		u.log.Warn("data update report not sent", "callback", redact.URL(target), "error", redact.Error(err))
 		return
 	}
 	resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		u.log.Warn("data update report refused", "status", resp.StatusCode)
+		u.log.Warn("data update report refused", "callback", redact.URL(target), "status", resp.StatusCode)
 	}
 }
 

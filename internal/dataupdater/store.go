@@ -131,3 +131,15 @@ func Protected(protected []string, p []string) (string, bool) {
 	}
 	return "", false
 }
+
+// overlaps reports whether one path is at or below the other; the root
+// overlaps everything.
+func overlaps(a, b []string) bool {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -54,7 +54,8 @@ func (e *PolicyIDError) Error() string {
 
 // cleanID reports whether id is a clean, relative, slash-separated path.
 func cleanID(id string) bool {
-	return id != "" && id == path.Clean(id) && !strings.HasPrefix(id, "/") && id != ".." && !strings.HasPrefix(id, "../")
+	return id != "" && id == path.Clean(id) && !strings.HasPrefix(id, "/") && id != ".." && !strings.HasPrefix(id, "../") &&
+		!strings.ContainsRune(id, 0) // guard: mutation "&& true" accepts a NUL byte in a policy id
 }
 
 // CompileError is a bundle whose resulting module set does not parse or

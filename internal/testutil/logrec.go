@@ -3,7 +3,9 @@ package testutil
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 )
 
@@ -49,4 +51,19 @@ func (l *LogRecorder) Records() []slog.Record {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]slog.Record(nil), l.recs...)
+}
+
+// String renders every record as one "LEVEL msg key=value ..." line, so a
+// test can grep what was logged (secrets, the store's state).
+func (l *LogRecorder) String() string {
+	var b strings.Builder
+	for _, r := range l.Records() {
+		fmt.Fprintf(&b, "%s %s", r.Level, r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+			return true
+		})
+		b.WriteByte('\n')
+	}
+	return b.String()
 }

@@ -5,8 +5,12 @@
 // A remote OPA has no multi-call transaction, so the store does what it can:
 // the complete resulting module set is parsed and compiled locally first, so a
 // bundle that does not compile (or has bad data JSON) never touches the
-// remote. If a write then fails half-way, the error says so and the store
-// forgets its hash: the next fetch is a full bundle, which repairs the remote.
+// remote. If a write then fails half-way, the error says so
+// (*PartialWriteError) and the store forgets its hash; the error is transient,
+// so the update queue re-arms the deferred re-fetch, whose full bundle repairs
+// the remote without waiting for a notification. An OPA that is unreachable
+// or answers 5xx fails transiently too: an OPA that starts after the agent is
+// waited for under the deferral's backoff.
 package oparest
 
 import (
@@ -31,6 +35,7 @@ import (
 
 	"github.com/opal-go/opal-client/fetcher"
 	"github.com/opal-go/opal-client/internal/backoff"
+	"github.com/opal-go/opal-client/internal/redact"
 	"github.com/opal-go/opal-client/internal/store"
 	"github.com/opal-go/opal-client/updater"
 )
@@ -94,6 +99,11 @@ func (e *RemoteError) Error() string {
 
 func (e *RemoteError) Unwrap() error { return e.Err }
 
+// Transient reports whether a later try may succeed: OPA unreachable (not up
+// yet, a refused or dropped connection) or a 5xx. The update queue then
+// re-arms the deferred re-fetch (updater.IsTransient).
+func (e *RemoteError) Transient() bool { return e.Status == 0 || e.Status >= 500 }
+
 // PartialWriteError is a bundle whose writes failed after at least one
 // succeeded: the remote holds part of it. The store's hash is cleared, so
 // the next update fetches a full bundle.
@@ -103,10 +113,17 @@ type PartialWriteError struct {
 }
 
 func (e *PartialWriteError) Error() string {
-	return fmt.Sprintf("opa bundle write failed after %d writes (next update is full): %v", e.Writes, e.Err)
+	return fmt.Sprintf("opa write failed after %d successful writes; OPA holds part of it (the next policy update is a full bundle): %v", e.Writes, e.Err)
 }
 
 func (e *PartialWriteError) Unwrap() error { return e.Err }
+
+// Transient is true: the remote holds part of the write, and a later full
+// write repairs it.
+func (e *PartialWriteError) Transient() bool { return true }
+
+// PartialWrite is true: the store is not as it was (updater.IsPartial).
+func (e *PartialWriteError) PartialWrite() bool { return true }
 
 // Store is an OPA over REST. Writes are serialised.
 type Store struct {
@@ -131,7 +148,7 @@ var _ updater.Store = (*Store)(nil)
 func New(opts Options) (*Store, error) {
 	u, err := url.Parse(opts.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("oparest: bad policy store URL %q", opts.URL)
+		return nil, fmt.Errorf("oparest: bad policy store URL %q", redact.URL(opts.URL))
 	}
 	s := &Store{
 		base:     strings.TrimSuffix(opts.URL, "/"),
@@ -454,7 +471,8 @@ func (s *Store) once(ctx context.Context, method, path, ctype string, body []byt
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, nil, &RemoteError{Method: method, Path: path, Err: err}
+		// The transport error names the URL: OPAL_POLICY_STORE_URL may hold user info.
+		return 0, nil, &RemoteError{Method: method, Path: path, Err: redact.Error(err)}
 	}
 	defer resp.Body.Close()
 	rb, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

@@ -340,6 +340,8 @@ func TestPolicyIDs(t *testing.T) {
 		{"double_slash_refused", "a//b.rego"},
 		{"dot_segment_refused", "./x.rego"},
 		{"parent_segment_refused", "../x.rego"},
+		// Catches: a NUL byte taken into an id (OPA would cut or refuse it half-way).
+		{"nul_refused", "a\x00b.rego"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRemote(t)
