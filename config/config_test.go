@@ -75,6 +75,11 @@ func TestSyntax(t *testing.T) {
 		{"empty_is_default", map[string]string{"OPAL_POLICY_UPDATER_MAX_DEFERRED_ROUNDS": " "}, "PolicyUpdaterMaxDeferredRounds", 20},
 		{"empty_token_is_no_token", map[string]string{"OPAL_CLIENT_TOKEN": ""}, "ClientToken", ""},
 		{"keep_alive_seconds", map[string]string{"OPAL_KEEP_ALIVE_INTERVAL": "15"}, "KeepAliveInterval", 15 * time.Second},
+		// The Python worker count is read when ours is unset, and ours wins.
+		// Mutations caught: the alias never read; the alias winning.
+		{"fetch_concurrency_default", map[string]string{}, "DataFetchConcurrency", 8},
+		{"fetch_concurrency_python_alias", map[string]string{"OPAL_FETCHING_WORKER_COUNT": "6"}, "DataFetchConcurrency", 6},
+		{"fetch_concurrency_ours_wins", map[string]string{"OPAL_FETCHING_WORKER_COUNT": "6", "OPAL_DATA_UPDATER_FETCH_CONCURRENCY": "3"}, "DataFetchConcurrency", 3},
 		{"data_store_conn_retry_overrides", map[string]string{"OPAL_DATA_UPDATER_CONN_RETRY": `{"attempts":3}`, "OPAL_DATA_STORE_CONN_RETRY": `{"attempts":7}`},
 			"DataUpdaterConnRetry", ConnRetryOptions{WaitStrategy: "fixed", WaitTime: 2 * time.Second, Attempts: 7}},
 		{"callbacks_model", map[string]string{"OPAL_DEFAULT_UPDATE_CALLBACKS": `{"callbacks":["http://a/cb",["http://b/cb",{"method":"post"}]]}`},

@@ -293,7 +293,8 @@ var settings = []setting{
 			if get(v, "") != "" && !p.isSet("OPAL_DATA_UPDATER_FETCH_CONCURRENCY") {
 				c.DataFetchConcurrency = int(p.integer(v, DefaultDataFetchConcurrency, 1, 1024))
 			}
-		}},
+		},
+		show: func(c *Config) any { return c.DataFetchConcurrency }},
 
 	// Policy store.
 	{name: "OPAL_POLICY_STORE_TYPE", section: "store", def: "`OPA`",
