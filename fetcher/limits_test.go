@@ -166,8 +166,8 @@ func (b bodyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // F1: a chunked body over OPAL_POLICY_BUNDLE_MAX_BYTES is refused with the
 // typed ErrBodyTooLarge after at most limit+1 bytes were read, whatever it
 // holds and whether it is decoded as it streams (Fetch) or read whole (Do).
-// Mutation caught: "p = p[:l.left+1]" -> "_ = p" (a read then takes all the
-// caller's buffer, past the limit).
+// End to end: the cap is limitedBody's, whose guard (and mutation) is
+// TestLimitedBodyReadsAtMostLimitPlusOne.
 func TestBodyLimit_ChunkedReadsAtMostLimit(t *testing.T) {
 	const limit = 64 << 10
 	bodies := []struct{ name, head, fill string }{
@@ -355,3 +355,35 @@ func (c *cutBody) Read(p []byte) (int, error) {
 }
 
 func (c *cutBody) Close() error { return nil }
+
+// F1: limitedBody itself never takes more than limit+1 bytes from the body,
+// whatever buffer its reader offers (io.ReadAll's, a decoder's), and says
+// ErrBodyTooLarge past the limit, nil at it. Mutation caught:
+// "p = p[:l.left+1]" -> "_ = p".
+func TestLimitedBodyReadsAtMostLimitPlusOne(t *testing.T) {
+	const limit = 1000
+	for _, tc := range []struct {
+		name    string
+		size    int // body bytes; -1 is endless
+		wantErr error
+	}{
+		{"F1_over_limit_big_buffer", -1, ErrBodyTooLarge},
+		{"F1_at_limit_accepted", limit, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &endless{fill: "x"}
+			var r io.Reader = src
+			if tc.size >= 0 {
+				r = &cutBody{src, tc.size}
+			}
+			l := &limitedBody{r: r, left: limit}
+			_, err := io.ReadAll(l) // grows its buffer past the limit
+			if !errors.Is(err, tc.wantErr) && err != tc.wantErr {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if src.read > limit+1 {
+				t.Errorf("took %d bytes of the body, want at most %d", src.read, limit+1)
+			}
+		})
+	}
+}

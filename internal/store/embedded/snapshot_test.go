@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/storage"
+
 	"github.com/opal-go/opal-client/internal/backup"
 	"github.com/opal-go/opal-client/internal/store"
 	st "github.com/opal-go/opal-client/internal/store/storetest"
@@ -26,6 +28,19 @@ func loaded(t *testing.T) (*Store, st.OPA) {
 		t.Fatal(err)
 	}
 	o.Must("PUT", "/v1/data/users", `{"big": 12345678901234567890, "f": 1e20, "s": "<&>"}`, 204)
+	// Bundle data and OPA's REST API decode numbers as json.Number; a Go
+	// float64 in the store must still export as OPA prints it (1e+20).
+	ctx := context.Background()
+	txn, err := s.opa.NewTransaction(ctx, storage.WriteParams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := put(ctx, s.opa, txn, storage.Path{"floats"}, map[string]any{"f": 1e20, "g": 0.1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.opa.Commit(ctx, txn); err != nil {
+		t.Fatal(err)
+	}
 	return s, o
 }
 
