@@ -195,6 +195,27 @@ const (
 {"Action":"output","Package":"p","Output":"FAIL\tp\t180.009s\n"}
 {"Action":"fail","Package":"p"}
 `
+	// A synctest bubble: the subtest's assertion fails, its test ends with
+	// goroutines still blocked, and synctest panics afterwards.
+	evBubbleAfterAssert = `{"Action":"start","Package":"p"}
+{"Action":"run","Package":"p","Test":"TestX"}
+{"Action":"run","Package":"p","Test":"TestX/a"}
+{"Action":"output","Package":"p","Test":"TestX/a","Output":"    client_test.go:233: answer\n"}
+{"Action":"output","Package":"p","Test":"TestX/a","Output":"--- FAIL: TestX/a (0.00s)\n"}
+{"Action":"fail","Package":"p","Test":"TestX/a"}
+{"Action":"output","Package":"p","Test":"TestX","Output":"--- FAIL: TestX (0.12s)\n"}
+{"Action":"output","Package":"p","Test":"TestX","Output":"panic: deadlock: main bubble goroutine has exited but blocked goroutines remain [recovered, repanicked]\n"}
+{"Action":"fail","Package":"p","Test":"TestX"}
+{"Action":"fail","Package":"p"}
+`
+	// A bubble that deadlocks: no assertion, synctest panics.
+	evDeadlock = `{"Action":"start","Package":"p"}
+{"Action":"run","Package":"p","Test":"TestX"}
+{"Action":"output","Package":"p","Test":"TestX","Output":"--- FAIL: TestX (0.00s)\n"}
+{"Action":"fail","Package":"p","Test":"TestX"}
+{"Action":"output","Package":"p","Test":"TestX","Output":"panic: deadlock: all goroutines in bubble are blocked [recovered, repanicked]\n"}
+{"Action":"fail","Package":"p"}
+`
 	evBuild = `{"ImportPath":"p [p.test]","Action":"build-output","Output":"./b.go:2:12: undefined: undefined\n"}
 {"ImportPath":"p [p.test]","Action":"build-fail"}
 {"Action":"start","Package":"p"}
@@ -223,6 +244,9 @@ func TestVerdict(t *testing.T) {
 		{"all_passing_survives", []string{"TestX/a"}, evPass, true, survived, nil, ""},
 		{"a_named_test_that_never_ran_is_invalid", []string{"TestX/c"}, evPass, true, invalid, nil, "no test named in the header ran: TestX/c"},
 		{"a_panic_is_no_kill", []string{"TestX/a"}, evPanic, false, panicked, nil, "in TestX: panic: assignment to entry in nil map"},
+		{"an_assertion_before_a_bubble_panic_is_a_kill", []string{"TestX/a"}, evBubbleAfterAssert, false, killed, []string{"TestX/a"}, ""},
+		{"a_bubble_deadlock_is_no_kill", []string{"TestX"}, evDeadlock, false, panicked, nil, "deadlock: all goroutines in bubble are blocked"},
+		{"a_failure_elsewhere_is_reported_with_its_message", []string{"TestX/b"}, evFailA, false, wrongTest, []string{"TestX/a"}, "x_test.go:4: got 1, want 2"},
 		{"a_timeout_is_no_kill", []string{"TestX/a"}, evTimeout, false, timedOut, nil, "panic: test timed out after 3m0s"},
 		{"a_build_failure_is_invalid", []string{"TestX"}, evBuild, false, invalid, nil, "undefined: undefined"},
 		{"a_go_command_error_is_invalid", []string{"TestX"}, evNoTest, false, invalid, nil, "directory not found"},
