@@ -21,6 +21,10 @@
 // hits the time limit as TIMEOUT, none of them a kill. The report names, for
 // every kill, the test that caught it.
 //
+// A guard that keeps the code from crashing (a nil check) declares
+// "expect: panic": its mutant is killed when the test binary panics inside
+// a named test, and the report says so.
+//
 // The "-" line must equal exactly one line of the file, white space folded;
 // "nth: K" picks the K-th of several equal lines (K from 1). Optional keys:
 // "pkg: ./a ./b" (packages to test; default the file's own) and "run: Regex"
@@ -58,6 +62,7 @@ type mutation struct {
 	tests                     []string // the guards the header names: TestX, TestX/sub, TestX/*/sub
 	pkgs                      []string
 	nth                       int    // 0: the line must be unique; K: its K-th occurrence
+	expectPanic               bool   // "expect: panic": the guard prevents a crash
 	origin                    string // where it was declared
 }
 
@@ -358,12 +363,14 @@ func verdict(m mutation, out []byte, passed bool) result {
 		res.status, res.detail = invalid, "mutant does not build or the tests cannot start:\n"+tail(append(build.Bytes(), raw.Bytes()...))
 	case len(by) > 0:
 		res.status, res.by = killed, deepest(by)
-	case !ranNamed:
-		res.status, res.detail = invalid, fmt.Sprintf("no test named in the header ran: %s (misspelled, renamed, or excluded by run:)", strings.Join(m.tests, ", "))
+	case m.expectPanic && crash != "" && !timeout && within(m.tests, crashAt):
+		res.status, res.by, res.detail = killed, []string{crashAt}, "panicked as the header expects: "+crash
 	case timeout:
 		res.status, res.detail = timedOut, crash+" in "+crashAt
 	case crash != "":
 		res.status, res.detail = panicked, "in "+crashAt+": "+crash
+	case !ranNamed:
+		res.status, res.detail = invalid, fmt.Sprintf("no test named in the header ran: %s (misspelled, renamed, or excluded by run:)", strings.Join(m.tests, ", "))
 	case len(others) > 0:
 		res.status, res.by = wrongTest, deepest(others)
 		res.detail = fmt.Sprintf("failed: %s; the header names %s", strings.Join(res.by, ", "), strings.Join(m.tests, ", "))
@@ -393,6 +400,21 @@ func names(patterns []string, got string) bool {
 		if match {
 			return true
 		}
+	}
+	return false
+}
+
+// within reports whether test is a named test or runs inside one.
+func within(patterns []string, test string) bool {
+	for t := test; t != ""; {
+		if names(patterns, t) {
+			return true
+		}
+		i := strings.LastIndex(t, "/")
+		if i < 0 {
+			break
+		}
+		t = t[:i]
 	}
 	return false
 }
@@ -507,6 +529,11 @@ func parse(rel string, r io.Reader) ([]mutation, error) {
 			cur.pkgs = strings.Fields(t[4:])
 		case strings.HasPrefix(t, "run:"):
 			cur.run = strings.TrimSpace(t[4:])
+		case strings.HasPrefix(t, "expect:"):
+			if v := strings.TrimSpace(t[7:]); v != "panic" {
+				return nil, fmt.Errorf("%s:%d: unknown expect: %q (only \"panic\")", rel, n, v)
+			}
+			cur.expectPanic = true
 		case strings.HasPrefix(t, "nth:"):
 			k, err := strconv.Atoi(strings.TrimSpace(t[4:]))
 			if err != nil || k < 1 {

@@ -42,6 +42,9 @@ func TestHeaderTests(t *testing.T) {
 }
 
 func TestParse(t *testing.T) {
+	if ms, err := parse("m.txt", strings.NewReader("== nil check (TestX)\nfile: a.go\nexpect: panic\n- x\n+ y\n")); err != nil || !ms[0].expectPanic {
+		t.Fatalf("expect: panic not read: %+v %v", ms, err)
+	}
 	list := `# comment
 
 == F4 hint capped (TestF4_Wait/capped, TestF1)
@@ -72,6 +75,7 @@ nth: 2
 		{"missing_minus_line", "== rule (TestX)\nfile: a.go\n+ y\n", "needs file:"},
 		{"nth_zero", "== rule (TestX)\nfile: a.go\nnth: 0\n- x\n+ y\n", "m.txt:3: bad nth"},
 		{"key_before_header", "file: a.go\n", "m.txt:1: expected a '== name' line first"},
+		{"unknown_expect", "== rule (TestX)\nfile: a.go\nexpect: failure\n", `unknown expect: "failure"`},
 		{"unknown_key", "== rule (TestX)\nfile: a.go\nwhen: always\n", `unknown line "when: always"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -247,12 +251,16 @@ func TestVerdict(t *testing.T) {
 		{"an_assertion_before_a_bubble_panic_is_a_kill", []string{"TestX/a"}, evBubbleAfterAssert, false, killed, []string{"TestX/a"}, ""},
 		{"a_bubble_deadlock_is_no_kill", []string{"TestX"}, evDeadlock, false, panicked, nil, "deadlock: all goroutines in bubble are blocked"},
 		{"a_failure_elsewhere_is_reported_with_its_message", []string{"TestX/b"}, evFailA, false, wrongTest, []string{"TestX/a"}, "x_test.go:4: got 1, want 2"},
+		{"a_crash_before_the_named_test_is_a_panic", []string{"TestX/c"}, evPanic, false, panicked, nil, "in TestX: panic"},
+		{"an_expected_panic_in_a_named_test_is_a_kill", []string{"TestX"}, evPanic, false, killed, []string{"TestX"}, "panicked as the header expects"},
+		{"an_expected_panic_elsewhere_is_a_panic", []string{"TestY"}, evPanic + `{"Action":"run","Package":"p","Test":"TestY"}` + "\n", false, panicked, nil, "in TestX"},
+		{"an_expected_panic_that_is_a_timeout_is_a_timeout", []string{"TestX/a"}, evTimeout, false, timedOut, nil, "timed out"},
 		{"a_timeout_is_no_kill", []string{"TestX/a"}, evTimeout, false, timedOut, nil, "panic: test timed out after 3m0s"},
 		{"a_build_failure_is_invalid", []string{"TestX"}, evBuild, false, invalid, nil, "undefined: undefined"},
 		{"a_go_command_error_is_invalid", []string{"TestX"}, evNoTest, false, invalid, nil, "directory not found"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := verdict(mutation{tests: c.tests}, []byte(c.events), c.passed)
+			r := verdict(mutation{tests: c.tests, expectPanic: strings.Contains(c.name, "expected_panic")}, []byte(c.events), c.passed)
 			if r.status != c.status || !slices.Equal(r.by, c.by) || !strings.Contains(r.detail, c.detail) {
 				t.Fatalf("verdict = %s by %v (%q), want %s by %v (detail containing %q)", r.status, r.by, r.detail, c.status, c.by, c.detail)
 			}
