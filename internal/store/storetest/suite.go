@@ -143,6 +143,13 @@ func isBase(err error) bool {
 // hashInOPA: only the embedded store writes its hash into OPA.
 var hashInOPA = map[string]string{REST: "the REST store keeps the policy hash in the agent; only the embedded OPA exposes data.system.opal.policy_hash (docs/stores.md, Embedded OPA)"}
 
+func hashInOPAIs(t *testing.T, h Harness, o OPA, want string) {
+	h.differs(t, hashInOPA)
+	if got := o.Get("/v1/data/system/opal/policy_hash"); got != `{"result":"`+want+`"}` {
+		t.Fatalf("hash in OPA: %s, want %s", got, want)
+	}
+}
+
 // bundleSequence covers full -> delta -> full with deleted policy and data
 // files, a module uploaded before the one it imports, and the hash kept by
 // the store.
@@ -166,12 +173,7 @@ func bundleSequence(t *testing.T, h Harness) {
 	if got := o.Get("/v1/data/a/uses/ok"); got != `{"result":true}` {
 		t.Fatalf("module importing a later one: %s", got)
 	}
-	t.Run("hash_in_opa_after_full", func(t *testing.T) {
-		h.differs(t, hashInOPA)
-		if got := o.Get("/v1/data/system/opal/policy_hash"); got != `{"result":"h1"}` {
-			t.Fatalf("hash in OPA: %s", got)
-		}
-	})
+	t.Run("hash_in_opa_after_full", func(t *testing.T) { hashInOPAIs(t, h, o, "h1") })
 	if h, _ := s.Store.PolicyHash(ctx); h != "h1" {
 		t.Fatalf("PolicyHash = %q", h)
 	}
@@ -206,12 +208,7 @@ func bundleSequence(t *testing.T, h Harness) {
 	if got := o.Get("/v1/data/rbac"); got != `{}` {
 		t.Fatalf("data of a removed data.json kept: %s", got)
 	}
-	t.Run("hash_in_opa_after_second_full", func(t *testing.T) {
-		h.differs(t, hashInOPA)
-		if got := o.Get("/v1/data/system/opal/policy_hash"); got != `{"result":"h3"}` {
-			t.Fatalf("hash in OPA: %s", got)
-		}
-	})
+	t.Run("hash_in_opa_after_second_full", func(t *testing.T) { hashInOPAIs(t, h, o, "h3") })
 	if h, _ := s.Store.PolicyHash(ctx); h != "h3" {
 		t.Fatalf("PolicyHash = %q", h)
 	}
