@@ -12,10 +12,22 @@ import (
 
 // Guards DecodeBundle's required-field check (mutation: drop the manifest case).
 func TestDecodeBundleRequiresManifest(t *testing.T) {
-	_, err := DecodeBundle([]byte(`{"hash":"h","data_modules":[],"policy_modules":[]}`))
+	_, err := decodeNoPanic(t, []byte(`{"hash":"h","data_modules":[],"policy_modules":[]}`))
 	if !errors.Is(err, ErrInvalidBundle) {
 		t.Fatalf("err = %v, want ErrInvalidBundle", err)
 	}
+}
+
+// decodeNoPanic decodes body and fails the test if the decoder panics: bad
+// input gets an error, never a crash.
+func decodeNoPanic(t *testing.T, body []byte) (b *PolicyBundle, err error) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("DecodeBundle(%q) panicked: %v", body, r)
+		}
+	}()
+	return DecodeBundle(body)
 }
 
 var bundleCases = []struct {
@@ -51,7 +63,7 @@ var bundleCases = []struct {
 func TestDecodeBundle_Protocol42(t *testing.T) {
 	for _, tc := range bundleCases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := DecodeBundle([]byte(tc.body))
+			_, err := decodeNoPanic(t, []byte(tc.body))
 			if (err == nil) != tc.ok {
 				t.Fatalf("err = %v, want ok=%v", err, tc.ok)
 			}

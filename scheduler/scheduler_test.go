@@ -359,7 +359,16 @@ func TestD5_Stop(t *testing.T) {
 			sc := scheduler.New(scheduler.Options{Enabled: true, MaxRetryAfter: 60 * s, MaxRounds: 20,
 				Jitter: identity, Fire: func() { fired = true }})
 			sc.Arm(0, false)
-			sc.Stop()
+			// Catches: a cancelled timer's goroutine never counted done
+			// (Stop would wait for it forever).
+			stopped := make(chan struct{})
+			go func() { sc.Stop(); close(stopped) }()
+			synctest.Wait()
+			select {
+			case <-stopped:
+			default:
+				t.Fatal("Stop waits for the goroutine of a timer it cancelled")
+			}
 			if sc.Pending() || sc.Arm(0, false) {
 				t.Fatal("Stop left a timer or allowed a new one")
 			}

@@ -64,6 +64,9 @@ func newRig(t *testing.T) *rig {
 	r.clk.Set(t0)
 	r.w = NewWriter(WriterOptions{Path: r.path, Interval: time.Minute, Export: r.store.Export, Clock: r.clk,
 		Logger: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	// A failed assertion must not leave the writer's goroutine blocked: the
+	// bubble would then panic and hide the failure.
+	t.Cleanup(func() { _ = r.w.Close(context.Background()) })
 	return r
 }
 

@@ -259,8 +259,14 @@ func start(t *testing.T, p *peer, mod func(*Options)) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	return &harness{c: c, rec: rec, logs: logs, stop: func() error {
-		cancel()
-		return <-done
-	}}
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
+	// A failed assertion must not leave the client running: the bubble
+	// would then panic and hide the failure.
+	t.Cleanup(func() { _ = stop() })
+	return &harness{c: c, rec: rec, logs: logs, stop: stop}
 }

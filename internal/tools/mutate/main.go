@@ -15,9 +15,15 @@
 // ("TestWait/F4_hint_capped_at_max", spelled the way go test prints it:
 // spaces as underscores); a path element "*" matches any one subtest name. A
 // header that names no test is an error in the list. A mutant is killed only
-// when one of the tests it names fails; a failure elsewhere is reported as
-// WRONG-TEST, a test binary that panics as PANIC and one that hits the time
-// limit as TIMEOUT, none of them a kill.
+// when one of the tests it names fails on an assertion (it printed a failure
+// before any crash); a failure elsewhere is reported as WRONG-TEST, a test
+// binary that panics (a synctest deadlock included) as PANIC and one that
+// hits the time limit as TIMEOUT, none of them a kill. The report names, for
+// every kill, the test that caught it.
+//
+// A guard that keeps the code from crashing (a nil check) declares
+// "expect: panic": its mutant is killed when the test binary panics inside
+// a named test, and the report says so.
 //
 // The "-" line must equal exactly one line of the file, white space folded;
 // "nth: K" picks the K-th of several equal lines (K from 1). Optional keys:
@@ -56,6 +62,7 @@ type mutation struct {
 	tests                     []string // the guards the header names: TestX, TestX/sub, TestX/*/sub
 	pkgs                      []string
 	nth                       int    // 0: the line must be unique; K: its K-th occurrence
+	expectPanic               bool   // "expect: panic": the guard prevents a crash
 	origin                    string // where it was declared
 }
 
@@ -80,6 +87,7 @@ type result struct {
 func main() {
 	jobs := flag.Int("j", runtime.NumCPU(), "mutants tested at once")
 	filter := flag.String("filter", "", "only mutations whose name or file contains this")
+	match := flag.String("match", "", "only mutations whose name or file matches this regular expression")
 	timeout := flag.Duration("timeout", 3*time.Minute, "limit for one mutant's tests")
 	list := flag.Bool("list", false, "list the mutations and exit")
 	flag.Parse()
@@ -92,9 +100,13 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+	re, err := regexp.Compile(*match)
+	if err != nil {
+		fatal(err)
+	}
 	var sel []mutation
 	for _, m := range muts {
-		if *filter == "" || strings.Contains(m.name, *filter) || strings.Contains(m.file, *filter) {
+		if (*filter == "" || strings.Contains(m.name, *filter) || strings.Contains(m.file, *filter)) && (re.MatchString(m.name) || re.MatchString(m.file)) {
 			sel = append(sel, m)
 		}
 	}
@@ -261,16 +273,31 @@ type testEvent struct {
 	Output  string
 }
 
+// assertion is a line t.Error, t.Fatal (or t.Log) prints: indented
+// "file.go:12: ...".
+var assertion = regexp.MustCompile(`^\s{4,}\S+\.go:\d+: `)
+
 // verdict reads the go test -json stream of one mutant. passed is whether
 // the go command exited zero.
+//
+// A named test kills the mutant when it fails and it, or one of its
+// subtests, printed a failure before the test binary crashed: an assertion
+// caught the mutant. A test that fails only because the binary panicked or
+// hit the time limit (testing marks every running test failed) is PANIC or
+// TIMEOUT. A synctest bubble that deadlocks panics, so it is a PANIC too;
+// one that panics because its test ended on a failed assertion with
+// goroutines left blocked comes after that assertion, which counts.
 func verdict(m mutation, out []byte, passed bool) result {
 	var (
-		ran, failed  []string
-		panicAt, msg string
-		timeout      bool
-		raw          bytes.Buffer // lines that are not events: go command errors
-		build        bytes.Buffer
-		buildFailed  bool
+		ran, failed []string
+		asserted    = map[string]bool{} // tests that printed a line before any crash
+		crashAt     string              // the test running when the binary crashed
+		crash       string              // the panic line
+		timeout     bool
+		raw         bytes.Buffer // lines that are not events: go command errors
+		build       bytes.Buffer
+		buildFailed bool
+		lines       = map[string][]string{} // output per test, for the report
 	)
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
@@ -295,44 +322,65 @@ func verdict(m mutation, out []byte, passed bool) result {
 				buildFailed = true
 			}
 			switch {
-			case strings.HasPrefix(e.Output, "panic: test timed out after"):
-				timeout, msg = true, strings.TrimSpace(e.Output)
-			case strings.HasPrefix(e.Output, "panic: ") && panicAt == "" && !timeout:
-				panicAt, msg = e.Test, strings.TrimSpace(e.Output)
-				if panicAt == "" {
-					panicAt = e.Package
+			case crash != "":
+			case strings.HasPrefix(e.Output, "panic: "):
+				crash, crashAt = strings.TrimSpace(e.Output), e.Test
+				timeout = strings.HasPrefix(e.Output, "panic: test timed out after")
+				if crashAt == "" {
+					crashAt = e.Package
+				}
+			case e.Test != "" && assertion.MatchString(e.Output):
+				asserted[e.Test] = true
+				if len(lines[e.Test]) < 20 {
+					lines[e.Test] = append(lines[e.Test], strings.TrimRight(e.Output, "\n"))
 				}
 			}
 		}
 	}
-	res := result{m: m}
-	switch {
-	case buildFailed || (!passed && len(ran) == 0 && !timeout && panicAt == ""):
-		res.status, res.detail = invalid, "mutant does not build or the tests cannot start:\n"+tail(append(build.Bytes(), raw.Bytes()...))
-	case timeout:
-		res.status, res.detail = timedOut, msg
-	case panicAt != "":
-		res.status, res.detail = panicked, "in "+panicAt+": "+msg
-	default:
-		for _, f := range failed {
-			if names(m.tests, f) {
-				res.by = append(res.by, f)
+	// caught: the test, or a subtest of it, printed a failure before the crash.
+	caught := func(test string) bool {
+		for t := range asserted {
+			if t == test || strings.HasPrefix(t, test+"/") {
+				return true
 			}
 		}
-		ranNamed := slices.ContainsFunc(ran, func(r string) bool { return names(m.tests, r) })
+		return false
+	}
+	res := result{m: m}
+	var by, others []string
+	for _, f := range failed {
 		switch {
-		case len(res.by) > 0:
-			res.status, res.by = killed, deepest(res.by)
-		case !ranNamed:
-			res.status, res.detail = invalid, fmt.Sprintf("no test named in the header ran: %s (misspelled, renamed, or excluded by run:)", strings.Join(m.tests, ", "))
-		case len(failed) > 0:
-			res.status, res.by = wrongTest, deepest(failed)
-			res.detail = fmt.Sprintf("failed: %s; the header names %s", strings.Join(res.by, ", "), strings.Join(m.tests, ", "))
-		case !passed:
-			res.status, res.detail = wrongTest, "the package failed with no test failing:\n"+tail(raw.Bytes())
+		case !caught(f):
+		case names(m.tests, f):
+			by = append(by, f)
 		default:
-			res.status = survived
+			others = append(others, f)
 		}
+	}
+	ranNamed := slices.ContainsFunc(ran, func(r string) bool { return names(m.tests, r) })
+	switch {
+	case buildFailed || (!passed && len(ran) == 0 && crash == ""):
+		res.status, res.detail = invalid, "mutant does not build or the tests cannot start:\n"+tail(append(build.Bytes(), raw.Bytes()...))
+	case len(by) > 0:
+		res.status, res.by = killed, deepest(by)
+	case m.expectPanic && crash != "" && !timeout && within(m.tests, crashAt):
+		res.status, res.by, res.detail = killed, []string{crashAt}, "panicked as the header expects: "+crash
+	case timeout:
+		res.status, res.detail = timedOut, crash+" in "+crashAt
+	case crash != "":
+		res.status, res.detail = panicked, "in "+crashAt+": "+crash
+	case !ranNamed:
+		res.status, res.detail = invalid, fmt.Sprintf("no test named in the header ran: %s (misspelled, renamed, or excluded by run:)", strings.Join(m.tests, ", "))
+	case len(others) > 0:
+		res.status, res.by = wrongTest, deepest(others)
+		res.detail = fmt.Sprintf("failed: %s; the header names %s", strings.Join(res.by, ", "), strings.Join(m.tests, ", "))
+		for _, t := range res.by {
+			res.detail += "\n  " + strings.Join(lines[t], "\n  ")
+		}
+	case !passed:
+		res.status, res.detail = wrongTest, "the package failed with no test failing:\n"+tail(raw.Bytes())
+	default:
+		res.status = survived
 	}
 	return res
 }
@@ -352,6 +400,21 @@ func names(patterns []string, got string) bool {
 		if match {
 			return true
 		}
+	}
+	return false
+}
+
+// within reports whether test is a named test or runs inside one.
+func within(patterns []string, test string) bool {
+	for t := test; t != ""; {
+		if names(patterns, t) {
+			return true
+		}
+		i := strings.LastIndex(t, "/")
+		if i < 0 {
+			break
+		}
+		t = t[:i]
 	}
 	return false
 }
@@ -466,6 +529,11 @@ func parse(rel string, r io.Reader) ([]mutation, error) {
 			cur.pkgs = strings.Fields(t[4:])
 		case strings.HasPrefix(t, "run:"):
 			cur.run = strings.TrimSpace(t[4:])
+		case strings.HasPrefix(t, "expect:"):
+			if v := strings.TrimSpace(t[7:]); v != "panic" {
+				return nil, fmt.Errorf("%s:%d: unknown expect: %q (only \"panic\")", rel, n, v)
+			}
+			cur.expectPanic = true
 		case strings.HasPrefix(t, "nth:"):
 			k, err := strconv.Atoi(strings.TrimSpace(t[4:]))
 			if err != nil || k < 1 {

@@ -42,6 +42,9 @@ func TestHeaderTests(t *testing.T) {
 }
 
 func TestParse(t *testing.T) {
+	if ms, err := parse("m.txt", strings.NewReader("== nil check (TestX)\nfile: a.go\nexpect: panic\n- x\n+ y\n")); err != nil || !ms[0].expectPanic {
+		t.Fatalf("expect: panic not read: %+v %v", ms, err)
+	}
 	list := `# comment
 
 == F4 hint capped (TestF4_Wait/capped, TestF1)
@@ -72,6 +75,7 @@ nth: 2
 		{"missing_minus_line", "== rule (TestX)\nfile: a.go\n+ y\n", "needs file:"},
 		{"nth_zero", "== rule (TestX)\nfile: a.go\nnth: 0\n- x\n+ y\n", "m.txt:3: bad nth"},
 		{"key_before_header", "file: a.go\n", "m.txt:1: expected a '== name' line first"},
+		{"unknown_expect", "== rule (TestX)\nfile: a.go\nexpect: failure\n", `unknown expect: "failure"`},
 		{"unknown_key", "== rule (TestX)\nfile: a.go\nwhen: always\n", `unknown line "when: always"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -195,6 +199,27 @@ const (
 {"Action":"output","Package":"p","Output":"FAIL\tp\t180.009s\n"}
 {"Action":"fail","Package":"p"}
 `
+	// A synctest bubble: the subtest's assertion fails, its test ends with
+	// goroutines still blocked, and synctest panics afterwards.
+	evBubbleAfterAssert = `{"Action":"start","Package":"p"}
+{"Action":"run","Package":"p","Test":"TestX"}
+{"Action":"run","Package":"p","Test":"TestX/a"}
+{"Action":"output","Package":"p","Test":"TestX/a","Output":"    client_test.go:233: answer\n"}
+{"Action":"output","Package":"p","Test":"TestX/a","Output":"--- FAIL: TestX/a (0.00s)\n"}
+{"Action":"fail","Package":"p","Test":"TestX/a"}
+{"Action":"output","Package":"p","Test":"TestX","Output":"--- FAIL: TestX (0.12s)\n"}
+{"Action":"output","Package":"p","Test":"TestX","Output":"panic: deadlock: main bubble goroutine has exited but blocked goroutines remain [recovered, repanicked]\n"}
+{"Action":"fail","Package":"p","Test":"TestX"}
+{"Action":"fail","Package":"p"}
+`
+	// A bubble that deadlocks: no assertion, synctest panics.
+	evDeadlock = `{"Action":"start","Package":"p"}
+{"Action":"run","Package":"p","Test":"TestX"}
+{"Action":"output","Package":"p","Test":"TestX","Output":"--- FAIL: TestX (0.00s)\n"}
+{"Action":"fail","Package":"p","Test":"TestX"}
+{"Action":"output","Package":"p","Test":"TestX","Output":"panic: deadlock: all goroutines in bubble are blocked [recovered, repanicked]\n"}
+{"Action":"fail","Package":"p"}
+`
 	evBuild = `{"ImportPath":"p [p.test]","Action":"build-output","Output":"./b.go:2:12: undefined: undefined\n"}
 {"ImportPath":"p [p.test]","Action":"build-fail"}
 {"Action":"start","Package":"p"}
@@ -223,12 +248,19 @@ func TestVerdict(t *testing.T) {
 		{"all_passing_survives", []string{"TestX/a"}, evPass, true, survived, nil, ""},
 		{"a_named_test_that_never_ran_is_invalid", []string{"TestX/c"}, evPass, true, invalid, nil, "no test named in the header ran: TestX/c"},
 		{"a_panic_is_no_kill", []string{"TestX/a"}, evPanic, false, panicked, nil, "in TestX: panic: assignment to entry in nil map"},
+		{"an_assertion_before_a_bubble_panic_is_a_kill", []string{"TestX/a"}, evBubbleAfterAssert, false, killed, []string{"TestX/a"}, ""},
+		{"a_bubble_deadlock_is_no_kill", []string{"TestX"}, evDeadlock, false, panicked, nil, "deadlock: all goroutines in bubble are blocked"},
+		{"a_failure_elsewhere_is_reported_with_its_message", []string{"TestX/b"}, evFailA, false, wrongTest, []string{"TestX/a"}, "x_test.go:4: got 1, want 2"},
+		{"a_crash_before_the_named_test_is_a_panic", []string{"TestX/c"}, evPanic, false, panicked, nil, "in TestX: panic"},
+		{"an_expected_panic_in_a_named_test_is_a_kill", []string{"TestX"}, evPanic, false, killed, []string{"TestX"}, "panicked as the header expects"},
+		{"an_expected_panic_elsewhere_is_a_panic", []string{"TestY"}, evPanic + `{"Action":"run","Package":"p","Test":"TestY"}` + "\n", false, panicked, nil, "in TestX"},
+		{"an_expected_panic_that_is_a_timeout_is_a_timeout", []string{"TestX/a"}, evTimeout, false, timedOut, nil, "timed out"},
 		{"a_timeout_is_no_kill", []string{"TestX/a"}, evTimeout, false, timedOut, nil, "panic: test timed out after 3m0s"},
 		{"a_build_failure_is_invalid", []string{"TestX"}, evBuild, false, invalid, nil, "undefined: undefined"},
 		{"a_go_command_error_is_invalid", []string{"TestX"}, evNoTest, false, invalid, nil, "directory not found"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := verdict(mutation{tests: c.tests}, []byte(c.events), c.passed)
+			r := verdict(mutation{tests: c.tests, expectPanic: strings.Contains(c.name, "expected_panic")}, []byte(c.events), c.passed)
 			if r.status != c.status || !slices.Equal(r.by, c.by) || !strings.Contains(r.detail, c.detail) {
 				t.Fatalf("verdict = %s by %v (%q), want %s by %v (detail containing %q)", r.status, r.by, r.detail, c.status, c.by, c.detail)
 			}

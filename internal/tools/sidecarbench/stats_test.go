@@ -60,6 +60,11 @@ func TestPercentile(t *testing.T) {
 		{"empty_is_zero", nil, 99, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("percentile(p%v) panicked: %v", tc.p, r)
+				}
+			}()
 			if got := percentile(tc.in, tc.p); got != tc.want {
 				t.Fatalf("percentile(p%v) = %v, want %v", tc.p, got, tc.want)
 			}
