@@ -13,7 +13,7 @@ import (
 	"github.com/opal-go/opal-client/config"
 )
 
-// The behaviour table of seed 003 (F1, F2, F4, F8): the server always gives
+// The behaviour table of the reviewed upstream retry change (F1, F2, F4, F8): the server always gives
 // the same answer; the fetch uses fixed 1 s x 3 attempts and a 60 s cap.
 func TestF1_Classification(t *testing.T) {
 	ra := func(v string) map[string]string { return map[string]string{"Retry-After": v} }
@@ -383,7 +383,7 @@ func TestF4_HintJitter(t *testing.T) {
 		// Mutation caught: "min(h, cap-h)" -> "h" (a 50 s hint would wait 100 s).
 		{"F4_spread_never_passes_the_cap", "50", 1, 60 * time.Second},
 		{"F4_capped_hint_has_no_room", "99999", 1, 60 * time.Second},
-		// Finding 3: a broken source stays in [h, cap]. Mutations caught:
+		// A broken random source stays in [h, cap]. Mutations caught:
 		// "!(r >= 0)" -> "r < 0" (NaN), -> "false" (negative); no "min(r, 1)".
 		{"nan_draw_is_the_hint", "20", math.NaN(), 20 * time.Second},
 		{"negative_draw_is_the_hint", "20", -1, 20 * time.Second},

@@ -426,7 +426,7 @@ func TestU1_RunStop(t *testing.T) {
 	})
 }
 
-// Finding 4: when the full bundle fetched after a base mismatch fails to
+// When the full bundle fetched after a base mismatch fails to
 // apply, that is one WARNING, as for any failed apply (U3). Mutation caught:
 // the WARNING of the full bundle's apply dropped.
 func TestU3_ApplyFailureAfterBaseMismatchWarned(t *testing.T) {

@@ -51,7 +51,7 @@ const (
 	DefaultShutdownTimeout   = 10 * time.Second
 )
 
-// DataUpdater is the seam for the data updater (issue 7). The agent calls
+// DataUpdater is the seam for the data updater. The agent calls
 // OnConnect on every pub/sub (re)connect and OnNotify for each notify on a
 // data topic; both must only enqueue. Trigger serves POST
 // /data-updater/trigger (reload the base data); Stop is called once at

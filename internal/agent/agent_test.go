@@ -142,9 +142,9 @@ func (mismatchStore) ApplyPolicy(context.Context, *fetcher.PolicyBundle) error {
 	return fmt.Errorf("apply: %w", &updater.BaseMismatchError{Current: "a", Base: "b"})
 }
 
-// TestReview4_Counters (review finding 4): the counters alerts are built on
+// TestCounters_AlertsAreBuiltOn: the counters alerts are built on
 // count only what they name.
-func TestReview4_Counters(t *testing.T) {
+func TestCounters_AlertsAreBuiltOn(t *testing.T) {
 	t.Run("a_base_mismatch_is_no_store_failure", func(t *testing.T) {
 		clk := clock.NewMock()
 		m := metrics.New(metrics.Options{Clock: clk})

@@ -11,7 +11,7 @@ import (
 	"github.com/opal-go/opal-client/updater"
 )
 
-// NewDataUpdater builds the data updater (issue 7) from the agent's
+// NewDataUpdater builds the data updater from the agent's
 // dependencies: set it as Options.NewDataUpdater. Data writes go through
 // d.Queue; deferral, Retry-After cap and rounds follow the policy updater's
 // settings (OPAL_POLICY_UPDATER_*), the retry and timeouts the data ones.

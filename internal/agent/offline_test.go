@@ -22,7 +22,7 @@ import (
 	"github.com/opal-go/opal-client/updater"
 )
 
-// Offline mode (issue 9, docs/offline.md). The end-to-end tests restart the
+// Offline mode (docs/offline.md). The end-to-end tests restart the
 // agent on the backup the previous run wrote, while the dev server answers
 // 503 or is kept away; they wait with deadlines and never sleep.
 
@@ -392,7 +392,7 @@ type stopCounter struct {
 
 func (s *stopCounter) Stop() { s.stops.Add(1) }
 
-// TestOffline_DisableStopsUpdaters (review finding 2): a disabled agent
+// TestOffline_DisableStopsUpdaters: a disabled agent
 // re-fetches nothing on its own: no deferred re-fetch fires, an operator
 // trigger leaves no deferral armed, and the data updater is stopped, then
 // replaced by a fresh one on enable.
@@ -445,7 +445,7 @@ func TestOffline_DisableStopsUpdaters(t *testing.T) {
 	})
 }
 
-// TestStaleness_LostConnection (review finding 3): a lost or disabled
+// TestStaleness_LostConnection: a lost or disabled
 // connection ages the policy from that moment, so the stale warning and
 // OPAL_POLICY_MAX_AGE see a hard-down server; the socket's close at
 // shutdown does not.

@@ -165,7 +165,7 @@ func TestMetricsRoute(t *testing.T) {
 }
 
 // TestP7_OfflineHealth pins the offline-mode health answer (protocol §7,
-// issue 9): ready but not healthy is 200 {"status":"ok","online":false} with
+// offline mode): ready but not healthy is 200 {"status":"ok","online":false} with
 // offline mode, 503 without; not ready is 503 either way.
 func TestP7_OfflineHealth(t *testing.T) {
 	cases := []struct {

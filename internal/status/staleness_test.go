@@ -40,7 +40,7 @@ func TestStaleness(t *testing.T) {
 			t.Fatalf("after success %+v", st)
 		}
 	})
-	// Issue 9: a restored backup's policy is as old as the backup.
+	// Offline mode: a restored backup's policy is as old as the backup.
 	t.Run("restored_counts_from_backup_time", func(t *testing.T) {
 		clk := clock.NewMock()
 		taken := clk.Now()

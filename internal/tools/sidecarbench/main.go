@@ -1,6 +1,6 @@
 // Command sidecarbench measures `opal-client run` as a sidecar beside its peer,
 // OPA's own server (`opa run --server`, built from the OPA module pinned in
-// go.mod), on this machine and in one run (issue 8, part 3):
+// go.mod), on this machine and in one run:
 //
 //   - startup-to-ready (process start to our /ready 200, to OPA's
 //     /health?bundles 200) and resident memory (VmRSS, VmHWM) with the example
@@ -45,7 +45,7 @@ import (
 	"github.com/opal-go/opal-client/internal/devserver"
 )
 
-// Targets of issue 8, part 3.
+// Targets of the sidecar comparison (docs/performance.md).
 const (
 	memTargetPct   = 115                    // our VmRSS <= 1.15 x OPA's VmRSS, in integer percent
 	startupTarget  = 300 * time.Millisecond // our ready time - OPA's ready time
