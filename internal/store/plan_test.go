@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"slices"
@@ -66,8 +67,8 @@ func TestCheckBase(t *testing.T) {
 	}
 }
 
-// Ignore-glob cases: few on purpose; reconcile with the ignore matcher's
-// final semantics (docs/stores.md, Never touched) when it changes.
+// Ignore-glob cases through the plan's entry point; the matcher's own
+// table, pinned to Python's PurePath.match, is in ignore_test.go.
 func TestIgnore(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -79,7 +80,9 @@ func TestIgnore(t *testing.T) {
 		{"nothing_configured_ignores_nothing", nil, "rbac/rbac.rego", false},
 		{"subtree_pattern_matches_below", []string{"keep/**"}, "keep/a/b.rego", true},
 		{"exception_wins_whatever_the_order", []string{"!keep/not.rego", "keep/**"}, "keep/not.rego", false},
-		{"other_ids_not_ignored", []string{"keep/**"}, "keeper/a.rego", false},
+		// As in the Python client, "dir/**" is a plain string prefix of the id.
+		{"subtree_pattern_is_a_string_prefix", []string{"keep/**"}, "keeper/a.rego", true},
+		{"other_ids_not_ignored", []string{"keep/**"}, "other/a.rego", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := NewIgnore(tc.patterns).Match(tc.id); got != tc.want {
@@ -178,7 +181,8 @@ func TestNewPlan(t *testing.T) {
 		{name: "data_written_shallow_first_and_owned",
 			b: full("h1", nil, data("b/d", `{"e":3}`), data(".", `{"b":{"c":2},"a":1}`)),
 			check: func(t *testing.T, p *Plan) {
-				want := []DataWrite{{Path: []string{"a"}, Value: 1.0}, {Path: []string{"b"}, Value: map[string]any{"c": 2.0}}, {Path: []string{"b", "d"}, Value: map[string]any{"e": 3.0}}}
+				// Numbers stay json.Number: bundle data is decoded exactly (UseNumber).
+				want := []DataWrite{{Path: []string{"a"}, Value: json.Number("1")}, {Path: []string{"b"}, Value: map[string]any{"c": json.Number("2")}}, {Path: []string{"b", "d"}, Value: map[string]any{"e": json.Number("3")}}}
 				if !reflect.DeepEqual(p.DataWrites, want) {
 					t.Fatalf("writes %v, want %v", p.DataWrites, want)
 				}
