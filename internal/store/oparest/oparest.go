@@ -267,7 +267,9 @@ func (s *Store) ApplyPolicy(ctx context.Context, b *fetcher.PolicyBundle) error 
 	if err != nil {
 		return err
 	}
-	if _, err := store.CompileWith(result, nil, store.CompileOptions{RegoVersion: s.parser.Options.RegoVersion}); err != nil {
+	// The bundle's own data is checked against its rules here (U3); the
+	// remote's other data only by the remote.
+	if _, err := store.CompileWith(result, plan.DataConflicts(), store.CompileOptions{RegoVersion: s.parser.Options.RegoVersion}); err != nil {
 		return err
 	}
 	// Before any write: the kept values are fetched as they are now.
