@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,6 +56,23 @@ func TestDispatch_HelpOnStdout(t *testing.T) {
 				if !strings.Contains(usageOn.String(), cmd) {
 					t.Errorf("usage does not mention %s", cmd)
 				}
+			}
+		})
+	}
+}
+
+// TestShutdownSignals: SIGINT, SIGTERM and SIGHUP all run the orderly
+// shutdown. Mutation: drop syscall.SIGHUP from shutdownSignals (the real
+// signal in TestRun_SIGHUPShutsDownLikeSIGTERM would then kill the test
+// binary, which the mutation check cannot pin on a test).
+func TestShutdownSignals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sig  os.Signal
+	}{{"SIGINT", os.Interrupt}, {"SIGTERM", syscall.SIGTERM}, {"SIGHUP", syscall.SIGHUP}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !slices.Contains(shutdownSignals, tc.sig) {
+				t.Fatalf("%s does not run the orderly shutdown: %v", tc.name, shutdownSignals)
 			}
 		})
 	}
