@@ -41,10 +41,6 @@ import (
 	"github.com/opal-go/opal-client/updater"
 )
 
-// ErrConnectivityDisabled refuses a data reload while offline mode keeps the
-// agent away from the OPAL server (POST /data-updater/trigger answers 503).
-var ErrConnectivityDisabled = errors.New("agent: OPAL server connectivity is disabled")
-
 // Defaults for the zero values of Options.
 const (
 	DefaultStaleWarnInterval = time.Minute
@@ -378,97 +374,6 @@ func (a *Agent) newPubSub() {
 	})
 }
 
-// triggerData serves POST /data-updater/trigger. While connectivity is
-// disabled the data updater is stopped (or, disabled from the start, must
-// not start its polls), so the reload is refused.
-func (a *Agent) triggerData() error {
-	if a.ServerConnectivityDisabled() { // guard: mutation "if false {" starts data polls while disconnected
-		return ErrConnectivityDisabled
-	}
-	return a.dataUpdater().Trigger()
-}
-
-// onPubSubState records the socket's state. A lost connection makes the
-// policy possibly behind from now (an update may go unseen) until the next
-// successful update, which the reconnect's full update normally is; a
-// closing at shutdown does not.
-func (a *Agent) onPubSubState(connected bool) {
-	a.metrics.PubSubState(connected)
-	a.tracker.PubSubState(connected)
-	if !connected && !a.shuttingDown() { // guard: mutation "if false {" leaves a lost server unnoticed by staleness and max age
-		a.tracker.Lost(a.clk.Now())
-		if a.resync != nil { // nil in unit tests built without New
-			a.resync.Lost(a.clk.Now())
-		}
-	}
-}
-
-// onConnect runs once per (re)connect: its resync, at once or spread when
-// a policy is already held (internal/resync).
-func (a *Agent) onConnect() {
-	a.resync.Connected(a.serving())
-}
-
-// resyncNow is a connect's resync: exactly one full-update trigger
-// (D5, D6) and the data updater's base-data reload.
-func (a *Agent) resyncNow() {
-	if a.cfg.PolicyUpdaterEnabled {
-		a.metrics.UpdateRequested("connect")
-		a.queue.Connect()
-	}
-	if d := a.dataUpdater(); d != nil {
-		d.OnConnect()
-	}
-}
-
-// policyMessage is the notify payload of a policy topic (protocol §3.2);
-// every field is required.
-type policyMessage struct {
-	OldPolicyHash      *string   `json:"old_policy_hash"`
-	NewPolicyHash      *string   `json:"new_policy_hash"`
-	ChangedDirectories *[]string `json:"changed_directories"`
-}
-
-// onNotify routes a notify: policy topics to the update queue (§3.3),
-// anything else to the data updater. It only enqueues.
-func (a *Agent) onNotify(topic string, data json.RawMessage) {
-	if !a.policyTopics[topic] {
-		if d := a.dataUpdater(); d != nil {
-			d.OnNotify(topic, data)
-		}
-		return
-	}
-	var m policyMessage
-	if err := json.Unmarshal(data, &m); err != nil || m.OldPolicyHash == nil || m.NewPolicyHash == nil || m.ChangedDirectories == nil {
-		// guard: mutation "m.ChangedDirectories == nil" -> "false" queues a message without dirs
-		a.log.Warn("invalid policy update message ignored", "topic", topic, "bytes", len(data))
-		return
-	}
-	// The queue keeps only the changed dirs that are subscription dirs;
-	// a notify outside them asked for nothing.
-	if a.queue.PolicyUpdate(*m.ChangedDirectories) { // guard: mutation "|| true" counts ignored notifies
-		a.metrics.UpdateRequested("notification")
-	}
-}
-
-func (a *Agent) onTransaction(tx updater.Transaction) {
-	st := status.Transaction{
-		ID: tx.ID, Type: tx.Type, Actions: tx.Actions, Success: tx.Success,
-		Error: tx.Error, Created: tx.Created, Ended: tx.Ended,
-	}
-	a.tracker.Record(st)
-	a.metrics.Transaction(tx.ID, tx.Success, tx.Ended)
-	if a.ServerConnectivityDisabled() {
-		// An operator trigger while disconnected fetches once; its failure
-		// must not leave a deferred re-fetch behind. guard: mutation "if false {"
-		a.sched.Cancel()
-	}
-	a.notifyBackup(tx.Success)
-	if a.o.OnTransaction != nil {
-		a.o.OnTransaction(st)
-	}
-}
-
 // APIAddr is the client API's bound address (host:port).
 func (a *Agent) APIAddr() string { return a.apiLn.Addr().String() }
 
@@ -561,91 +466,9 @@ func (a *Agent) release() {
 	}
 }
 
-// warnStale logs the "policy stale" WARNING at most once per tick
-// (StaleWarnInterval) while the policy has been behind for at least one
-// interval (docs/operations.md).
-func (a *Agent) warnStale(ctx context.Context, tick <-chan time.Time) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick:
-			a.checkStale()
-		}
-	}
-}
-
-// checkStale logs the stale warning if it is due and reports whether it did.
-func (a *Agent) checkStale() bool {
-	st := a.tracker.Staleness().State()
-	if st.Stale < a.o.StaleWarnInterval { // guard: mutation "if st.Stale < 0 {" warns about a current or briefly late policy
-		return false
-	}
-	args := []any{"stale_for", st.Stale.Round(time.Second).String(), "stale_seconds", int64(st.Stale.Seconds())}
-	if st.LastSuccess.IsZero() {
-		args = append(args, "last_success", "never")
-	} else {
-		args = append(args, "last_success", st.LastSuccess.UTC().Format(time.RFC3339))
-	}
-	if st.LastError != "" {
-		args = append(args, "last_error", st.LastError)
-	}
-	args = append(args, "deferral_round", a.sched.Round(), "deferral_flat", a.sched.Flat())
-	a.log.Warn("policy stale", args...)
-	return true
-}
-
 func storeKind(embeddedOPA bool) string {
 	if embeddedOPA {
 		return "embedded OPA"
 	}
 	return "OPA over REST"
-}
-
-// measuredStore times each bundle apply for the metrics.
-type measuredStore struct {
-	updater.Store
-	m   *metrics.Metrics
-	clk clock.Clock
-}
-
-func (s measuredStore) ApplyPolicy(ctx context.Context, b *fetcher.PolicyBundle) error {
-	start := s.clk.Now()
-	err := s.Store.ApplyPolicy(ctx, b)
-	bm := (*updater.BaseMismatchError)(nil)
-	s.m.StoreApply(s.clk.Since(start), err, errors.As(err, &bm))
-	return err
-}
-
-// measuredFetcher counts whole fetches by outcome; a failed one (retries
-// exhausted or not retryable, not cancelled) marks the policy as failing.
-type measuredFetcher struct {
-	f *fetcher.Fetcher
-	m *metrics.Metrics
-	t *status.Tracker
-}
-
-func (f measuredFetcher) Fetch(ctx context.Context, r fetcher.Request) (*fetcher.Result, error) {
-	res, err := f.f.Fetch(ctx, r)
-	outcome := fetchOutcome(err)
-	f.m.FetchDone(outcome)
-	if outcome == metrics.OutcomeExhausted || outcome == metrics.OutcomeNonRetryable {
-		f.t.FetchFailed()
-	}
-	return res, err
-}
-
-func fetchOutcome(err error) string {
-	var nre *fetcher.NonRetryableError
-	var re *fetcher.RetryableError
-	switch {
-	case err == nil:
-		return metrics.OutcomeSuccess
-	case errors.As(err, &nre):
-		return metrics.OutcomeNonRetryable
-	case errors.As(err, &re):
-		return metrics.OutcomeExhausted
-	default:
-		return metrics.OutcomeCancelled
-	}
 }

@@ -18,6 +18,57 @@ import "strings"
 //     escapes; "**" is the same as '*' (one segment). "/" matches no
 //     policy id (ids are relative).
 
+// Ignore decides which policy ids bundles never touch: ids matching
+// OPAL_POLICY_STORE_POLICY_PATHS_TO_IGNORE, and the health-check policy.
+// Patterns match as in the Python client (ignore.go): "dir/**" is a prefix,
+// anything else pathlib's PurePath.match, anchored from the right; a
+// pattern starting with '!' is an exception that un-ignores what it
+// matches, whatever the order.
+type Ignore struct {
+	include, exclude []string
+}
+
+// NewIgnore builds the matcher from the configured patterns.
+func NewIgnore(patterns []string) *Ignore {
+	ig := &Ignore{}
+	for _, p := range patterns {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if strings.HasPrefix(p, "!") {
+			ig.exclude = append(ig.exclude, strings.TrimPrefix(p, "!"))
+		} else {
+			ig.include = append(ig.include, p)
+		}
+	}
+	return ig
+}
+
+// Match reports whether bundles must leave the policy id alone.
+func (ig *Ignore) Match(id string) bool {
+	if id == HealthPolicyID {
+		return true
+	}
+	if ig == nil {
+		return false
+	}
+	for _, p := range ig.exclude {
+		if globMatch(p, id) {
+			return false
+		}
+	}
+	for _, p := range ig.include {
+		if globMatch(p, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// globMatch is the Python client's match of one pattern (ignore.go).
+func globMatch(pattern, id string) bool { return pyIgnoreMatch(pattern, id) }
+
 // pyIgnoreMatch reports whether the policy id matches one configured
 // pattern the way the Python client decides it.
 func pyIgnoreMatch(pattern, id string) bool {
