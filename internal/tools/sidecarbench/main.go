@@ -258,14 +258,7 @@ func (b *bench) startups(bc bundleCase, reps int) (startupRow, error) {
 			row.opa, opaAnswer = append(row.opa, s), ans
 			return nil
 		}
-		first, second := runOurs, runOPA
-		if i%2 == 1 {
-			first, second = runOPA, runOurs
-		}
-		if err := first(); err != nil {
-			return row, err
-		}
-		if err := second(); err != nil {
+		if err := alternate(i, runOurs, runOPA); err != nil {
 			return row, err
 		}
 		if !jsonEqual(ourAnswer, opaAnswer) {
@@ -622,4 +615,18 @@ func cpuModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// alternate runs ours and opa in round i, the first of them alternating
+// from round to round, so neither side always meets a warm or a cold
+// machine first.
+func alternate(i int, ours, opa func() error) error {
+	first, second := ours, opa
+	if i%2 == 1 {
+		first, second = opa, ours
+	}
+	if err := first(); err != nil {
+		return err
+	}
+	return second()
 }

@@ -262,14 +262,7 @@ func (b *bench) memStartups(name, dir string, pr probe, reps int) (memRow, error
 			row.opa, opaAnswer = append(row.opa, s), ans
 			return nil
 		}
-		first, second := runOurs, runOPA
-		if i%2 == 1 {
-			first, second = runOPA, runOurs
-		}
-		if err := first(); err != nil {
-			return row, err
-		}
-		if err := second(); err != nil {
+		if err := alternate(i, runOurs, runOPA); err != nil {
 			return row, err
 		}
 		if !jsonEqual(ourAnswer, opaAnswer) {
