@@ -111,11 +111,14 @@ func PolicyOptions(c *config.Config) Options {
 
 // Attempt is the outcome of one request.
 type Attempt struct {
-	N             int // 1-based
-	Status        int // HTTP status, 0 when none was received
-	Class         string
-	Err           error // nil on success
-	Duration      time.Duration
+	N        int // 1-based
+	Status   int // HTTP status, 0 when none was received
+	Class    string
+	Err      error // nil on success
+	Duration time.Duration
+	// Timeout is the attempt's own timeout: the configured one, cut to the
+	// fetch's deadline (F7), so the last attempt cannot end past it.
+	Timeout       time.Duration
 	RetryAfter    time.Duration // the parsed Retry-After, valid when HasRetryAfter
 	HasRetryAfter bool
 }
@@ -388,7 +391,7 @@ func errText(err error) string {
 
 // attempt sends one request and classifies the answer (F1, F2).
 func (f *Fetcher) attempt(ctx context.Context, n int, timeout time.Duration, newRequest func(context.Context) (*http.Request, error), decode func([]byte) error) (a Attempt) {
-	a.N = n
+	a.N, a.Timeout = n, timeout
 	start := f.clock.Now()
 	defer func() { a.Duration = f.clock.Since(start) }()
 

@@ -3,8 +3,12 @@ package fetcher
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/opal-go/opal-client/config"
@@ -75,34 +79,37 @@ func TestRetryCore(t *testing.T) {
 		}
 	})
 	t.Run("stalled_body_released_within_bound_plus_one_timeout", func(t *testing.T) {
-		url, started := stallServer(t, true)
-		const timeout = 30 * time.Second
-		r := newRig(t, url, func(o *Options) {
-			o.Retry = config.ConnRetryOptions{WaitStrategy: config.WaitFixed, WaitTime: time.Second, Attempts: 5}
-			o.AttemptTimeout = timeout
-		})
-		done := make(chan struct{})
-		var res *Result
-		var err error
-		go func() { res, err = r.f.Fetch(context.Background(), Request{}); close(done) }()
-		for finished := false; !finished; {
-			select {
-			case <-started: // the attempt stalls: let its timeout run out
-				r.mock.Add(timeout)
-			case <-done:
-				finished = true
-			case <-time.After(5 * time.Second):
-				t.Fatal("fetch hangs on a stalled body")
+		// Virtual time and an in-memory transport: every step is exact.
+		synctest.Test(t, func(t *testing.T) {
+			const timeout = 30 * time.Second
+			f := New(Options{
+				ServerURL:      "http://opal-server:7002",
+				Retry:          config.ConnRetryOptions{WaitStrategy: config.WaitFixed, WaitTime: time.Second, Attempts: 5},
+				MaxRetryAfter:  60 * time.Second,
+				AttemptTimeout: timeout,
+				HTTPClient:     &http.Client{Transport: stallBody{}},
+				Logger:         slog.New(slog.DiscardHandler),
+			})
+			var tries []Attempt
+			f.o.OnAttempt = func(a Attempt) { tries = append(tries, a) }
+			res, err := f.Fetch(context.Background(), Request{})
+			bound := f.Bound() + timeout // 60 s + 30 s
+			// Attempts start at 0, 31 and 62 s; the third one's timeout is
+			// cut to the 90 s deadline.
+			want := []time.Duration{timeout, timeout, bound - 62*time.Second}
+			// Mutations: the attempts' time not counted (5 x 30 s + 4 s =
+			// 154 s); an attempt's timeout not clamped to the deadline (the
+			// third attempt runs 30 s and the fetch ends at 92 s).
+			if res.Elapsed > bound || res.Attempts != 3 || !errors.Is(err, ErrAttemptTimeout) {
+				t.Fatalf("fetch held the queue %v in %d attempts (bound B + one timeout = %v, 3 attempts), err %v",
+					res.Elapsed, res.Attempts, bound, err)
 			}
-		}
-		bound := r.f.Bound() + timeout
-		// Mutations: the attempts' time not counted (5 x 30 s + 4 s = 154 s
-		// without the clamp; with it, attempts 4 and 5 start past the
-		// deadline); an attempt's timeout not clamped (92 s; this one passes or fails with how the clock steps interleave, so it has no entry in mutations.txt).
-		if res.Elapsed > bound || res.Attempts != 3 || !errors.Is(err, ErrAttemptTimeout) {
-			t.Fatalf("fetch held the queue %v in %d attempts (bound B + one timeout = %v, 3 attempts), err %v",
-				res.Elapsed, res.Attempts, bound, err)
-		}
+			for i, a := range tries {
+				if a.Timeout != want[i] {
+					t.Errorf("attempt %d: timeout %v, want %v", a.N, a.Timeout, want[i])
+				}
+			}
+		})
 	})
 	t.Run("warning_rate_limited", func(t *testing.T) {
 		answers := []answer{{503, nil, ""}, {503, nil, ""}, {503, nil, ""}, {503, nil, ""}, ok(), {503, nil, ""}}
@@ -128,3 +135,23 @@ func TestRetryCore(t *testing.T) {
 		}
 	})
 }
+
+// stallBody answers every request with headers and a body that never
+// arrives: its read blocks until the request is cancelled.
+type stallBody struct{}
+
+func (stallBody) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+		ContentLength: 100000, Body: stalledReader{req.Context()}, Request: req}, nil
+}
+
+type stalledReader struct{ ctx context.Context }
+
+func (r stalledReader) Read([]byte) (int, error) {
+	<-r.ctx.Done()
+	return 0, context.Cause(r.ctx)
+}
+
+func (stalledReader) Close() error { return nil }
+
+var _ io.ReadCloser = stalledReader{}
