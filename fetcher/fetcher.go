@@ -267,8 +267,6 @@ func (f *Fetcher) do(ctx context.Context, attempts int, newRequest func(context.
 	// F7: the fetch, attempts included, ends by this deadline.
 	deadline := start.Add(bound + f.o.AttemptTimeout)
 	var waited time.Duration
-	var hint time.Duration
-	var hasHint bool
 	for n := 1; ; n++ {
 		// Each attempt's timeout ends at the deadline at the latest.
 		a := f.attempt(ctx, n, min(f.o.AttemptTimeout, deadline.Sub(f.clock.Now())), newRequest, decode)
@@ -278,9 +276,6 @@ func (f *Fetcher) do(ctx context.Context, attempts int, newRequest func(context.
 		f.log.Debug("fetch attempt", "attempt", n, "status", a.Status, "class", a.Class, "duration", a.Duration, "error", errText(a.Err))
 		if f.o.OnAttempt != nil {
 			f.o.OnAttempt(a)
-		}
-		if a.HasRetryAfter {
-			hint, hasHint = a.RetryAfter, true
 		}
 		switch a.Class {
 		case ClassSuccess:
@@ -304,7 +299,7 @@ func (f *Fetcher) do(ctx context.Context, attempts int, newRequest func(context.
 		// B plus one attempt's timeout.
 		elapsed := f.clock.Since(start)
 		if n >= attempts || wait > bound-waited || elapsed+wait >= bound+f.o.AttemptTimeout {
-			return res, f.exhausted(a, res, hint, hasHint)
+			return res, f.exhausted(a, res)
 		}
 		waited += wait
 		// The timer exists before OnRetry runs, so a hook that advances a
@@ -332,14 +327,19 @@ func (f *Fetcher) hintWait(h time.Duration) time.Duration {
 	return backoff.Up(h, f.o.MaxRetryAfter, f.rand())
 }
 
-func (f *Fetcher) exhausted(a Attempt, res *Result, hint time.Duration, hasHint bool) error {
+// exhausted ends a fetch with its last answer's error, marked exhausted
+// (F8). The hint it hands the scheduler (F7) is that answer's own: an
+// earlier Retry-After has been waited out by the attempts after it, so a
+// server that said "30" and then answered 503 without a hint is deferred
+// by D2's rounds, not by the spent 30 s again.
+func (f *Fetcher) exhausted(a Attempt, res *Result) error {
 	var e *RetryableError
 	if !errors.As(a.Err, &e) {
 		e = &RetryableError{Status: a.Status, Err: a.Err}
 	}
 	out := *e
 	out.Exhausted = true
-	out.RetryAfter, out.HasRetryAfter = hint, hasHint
+	out.RetryAfter, out.HasRetryAfter = a.RetryAfter, a.HasRetryAfter
 	f.warn(a, res)
 	return &out
 }

@@ -454,3 +454,33 @@ func TestRedact_QueryNotShown(t *testing.T) {
 		})
 	}
 }
+
+// F7/F8: an exhausted fetch hands the scheduler the hint of its last
+// answer, not one its later attempts already waited out.
+func TestF8_ExhaustedHint(t *testing.T) {
+	ra := func(v string) map[string]string { return map[string]string{"Retry-After": v} }
+	for _, tc := range []struct {
+		name    string
+		answers []answer
+		hint    time.Duration // -1: none
+	}{
+		// Mutation "a.HasRetryAfter" -> "true": the answer without a hint
+		// hands on a zero one.
+		{"F8_last_answer_without_hint_hands_none", []answer{{503, ra("2"), ""}, {503, nil, ""}}, -1},
+		// Mutation "= 0, false": the last answer's hint dropped.
+		{"F8_last_answer_hint_handed", []answer{{503, nil, ""}, {503, ra("7"), ""}}, 7 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, url := serve(t, tc.answers...)
+			r := newRig(t, url, func(o *Options) { o.Retry.Attempts = 2 })
+			_, err := fetch(t, r, Request{})
+			var re *RetryableError
+			if !errors.As(err, &re) || !re.Exhausted {
+				t.Fatalf("err = %v, want an exhausted RetryableError", err)
+			}
+			if got := map[bool]time.Duration{true: re.RetryAfter, false: -1}[re.HasRetryAfter]; got != tc.hint {
+				t.Fatalf("handed hint %v (has %v), want %v", re.RetryAfter, re.HasRetryAfter, tc.hint)
+			}
+		})
+	}
+}
