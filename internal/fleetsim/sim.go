@@ -206,7 +206,21 @@ type Config struct {
 	// Queue makes a server over capacity answer late (at its next free
 	// slot) instead of with a 503 without Retry-After.
 	Queue bool
+	// ResyncSpread, when > 0, replaces OPAL_RESYNC_SPREAD's default for our
+	// agents (a sensitivity run; the tables use the default).
+	ResyncSpread time.Duration
 }
+
+// defaults is the agent's configuration with no OPAL_ variable set: the
+// simulated agents run at the settings table's defaults, so a changed
+// default shows in the next run.
+var defaults = sync.OnceValue(func() *config.Config {
+	c, err := config.LoadFrom(func(string) (string, bool) { return "", false })
+	if err != nil {
+		panic("fleetsim: the default configuration does not load: " + err.Error())
+	}
+	return c
+})
 
 // Request kinds, counted apart.
 const (
@@ -556,7 +570,7 @@ func Run(sc Scenario, p Policy, cfg Config) Result {
 	for i := range agents {
 		// One stream per agent, the same for every policy.
 		rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(i))).Float64
-		env := &env{i: i, ctx: ctx, clk: clk, srv: srv, rec: rec, rnd: rnd, stats: &stats[i]}
+		env := &env{i: i, ctx: ctx, clk: clk, srv: srv, rec: rec, rnd: rnd, stats: &stats[i], resyncSpread: cfg.ResyncSpread}
 		switch p {
 		case Ours, OursNoJitter, OursOneAttempt, OursMaxRetryAfter120:
 			agents[i] = startOurs(env, p)
@@ -612,6 +626,8 @@ type env struct {
 	rec   *recorder
 	rnd   func() float64
 	stats *agentStats
+	// resyncSpread overrides OPAL_RESYNC_SPREAD's default when > 0.
+	resyncSpread time.Duration
 }
 
 // ours is an agent running the project's fetcher, scheduler, updater,
@@ -630,14 +646,19 @@ func startOurs(e *env, p Policy) *ours {
 	old, _ := fetcher.DecodeBundle(bundle(oldHash))
 	_ = store.ApplyPolicy(e.ctx, old)
 
-	// Defaults of the OPAL_ variables (docs/configuration.md).
-	maxRetryAfter := 60 * time.Second
+	// The defaults of the OPAL_ variables, from the settings table.
+	def := defaults()
+	maxRetryAfter := def.PolicyUpdaterMaxRetryAfter
 	if p == OursMaxRetryAfter120 {
 		maxRetryAfter = 120 * time.Second
 	}
-	retry := config.DefaultPolicyUpdaterConnRetry()
+	retry := def.PolicyUpdaterConnRetry
 	if p == OursOneAttempt {
 		retry.Attempts = 1
+	}
+	window := def.ResyncSpread
+	if e.resyncSpread > 0 {
+		window = e.resyncSpread
 	}
 	noJitter := p == OursNoJitter
 	rnd := e.rnd
@@ -645,29 +666,30 @@ func startOurs(e *env, p Policy) *ours {
 		rnd = func() float64 { return 1 } // every spread at its top: no spread
 	}
 	f := fetcher.New(fetcher.Options{
-		ServerURL:     "http://opal-server:7002",
-		Retry:         retry,
-		MaxRetryAfter: maxRetryAfter,
-		HTTPClient:    &http.Client{Transport: transport{srv: e.srv, per: e.stats}},
-		Clock:         e.clk,
-		Rand:          e.rnd,
-		NoHintJitter:  noJitter,
+		ServerURL:      "http://opal-server:7002",
+		Retry:          retry,
+		MaxRetryAfter:  maxRetryAfter,
+		AttemptTimeout: def.PolicyFetchAttemptTimeout,
+		HTTPClient:     &http.Client{Transport: transport{srv: e.srv, per: e.stats}},
+		Clock:          e.clk,
+		Rand:           e.rnd,
+		NoHintJitter:   noJitter,
 	})
 	a := &ours{done: make(chan struct{}), sock: make(chan struct{})}
-	so := scheduler.Options{Enabled: true, MaxRetryAfter: maxRetryAfter, MaxRounds: 20, Clock: e.clk, Rand: e.rnd,
+	so := scheduler.Options{Enabled: true, MaxRetryAfter: maxRetryAfter, MaxRounds: def.PolicyUpdaterMaxDeferredRounds, Clock: e.clk, Rand: e.rnd,
 		Fire: func() { a.u.Deferred() }}
 	if noJitter {
 		so.Jitter = func(d time.Duration) time.Duration { return d }
 	}
 	a.sched = scheduler.New(so)
 	a.u = updater.New(updater.Options{Store: store, Fetcher: countingFetcher{f, e.srv, e.stats}, Scheduler: a.sched, Clock: e.clk,
-		MinInterval: 500 * time.Millisecond,
+		MinInterval: def.PolicyUpdaterMinFetchInterval,
 		OnTransaction: func(tx updater.Transaction) {
 			if tx.Success {
 				e.rec.applied(e.i, tx.ID)
 			}
 		}})
-	a.spread = resync.New(resync.Options{After: pubsub.DefaultReconnectSpread, Window: 55 * time.Second,
+	a.spread = resync.New(resync.Options{After: def.PubSubReconnectSpread, Window: window,
 		Clock: e.clk, Rand: rnd, Resync: func() {
 			a.u.Connect()
 			e.srv.connectData()
@@ -676,7 +698,8 @@ func startOurs(e *env, p Policy) *ours {
 		defer close(a.done)
 		_ = a.u.Run(e.ctx)
 	}()
-	rc := pubsub.NewReconnect(pubsub.Options{MaxRetryAfter: maxRetryAfter, Rand: rnd})
+	rc := pubsub.NewReconnect(pubsub.Options{ReconnectSpread: def.PubSubReconnectSpread, ReconnectMaxWait: def.PubSubReconnectMaxWait,
+		MaxRetryAfter: maxRetryAfter, Rand: rnd})
 	go a.socket(e, rc, e.srv.drops()) // connected before the event
 	return a
 }

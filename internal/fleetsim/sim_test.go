@@ -22,12 +22,16 @@ import (
 // and writes the scenario (a) timeline plot at C = 200/s. Settings:
 // OPAL_FLEETSIM_AGENTS (10000), OPAL_FLEETSIM_SEED (1), OPAL_FLEETSIM_SVG
 // (docs/fleet-a-timeline.svg; "-" writes none), OPAL_FLEETSIM_ONLY (a
-// comma-separated subset of scenarios).
+// comma-separated subset of scenarios), OPAL_FLEETSIM_RESYNC_SPREAD
+// (seconds: our agents with another OPAL_RESYNC_SPREAD).
 func TestFleetSimulation(t *testing.T) {
 	if os.Getenv("OPAL_FLEETSIM") != "1" {
 		t.Skip("set OPAL_FLEETSIM=1 to run the fleet simulation")
 	}
 	base := Config{Agents: envInt(t, "OPAL_FLEETSIM_AGENTS", 10000), Seed: uint64(envInt(t, "OPAL_FLEETSIM_SEED", 1))}
+	if os.Getenv("OPAL_FLEETSIM_RESYNC_SPREAD") != "" { // a sensitivity run: our agents with another window
+		base.ResyncSpread = time.Duration(envInt(t, "OPAL_FLEETSIM_RESYNC_SPREAD", 0)) * time.Second
+	}
 	svg := os.Getenv("OPAL_FLEETSIM_SVG")
 	if svg == "" {
 		svg = filepath.Join("..", "..", "docs", "fleet-a-timeline.svg")
