@@ -22,6 +22,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/opal-go/opal-client/internal/devserver"
+	"github.com/opal-go/opal-client/internal/testutil"
 )
 
 // TestDispatch_HelpOnStdout: asking for help is not an error (stdout, exit
@@ -250,10 +251,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncWriter is a bytes.Buffer safe for a writer and a reader goroutine.
+// syncWriter is a testutil.SyncBuffer that also signals the agent's start.
 type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	testutil.SyncBuffer
 	// started, when set, is closed once "opal-client starting" is written:
 	// the agent's Run has begun, so a signal now meets its orderly shutdown
 	// rather than the start-up's cancellation.
@@ -262,16 +262,8 @@ type syncWriter struct {
 }
 
 func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.started != nil && bytes.Contains(p, []byte("opal-client starting")) {
 		w.startedOnce.Do(func() { close(w.started) })
 	}
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
+	return w.SyncBuffer.Write(p)
 }

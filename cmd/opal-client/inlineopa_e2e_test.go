@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -13,12 +12,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/opal-go/opal-client/internal/devserver"
+	"github.com/opal-go/opal-client/internal/testutil"
 )
 
 // The inline OPA as a new user meets it: the built binary, started with
@@ -31,27 +30,9 @@ const (
 	authzFile = "package system.authz\n\nimport rego.v1\n\ndefault allow := false\n\nallow if input.identity == \"s3cret\"\n"
 )
 
-// lockedBuffer collects a process's stderr while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type agentProc struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testutil.SyncBuffer
 	done   chan error
 	api    string // client API base URL
 	opa    string // OPA base URL
@@ -94,7 +75,7 @@ func startAgent(t *testing.T, bin string, env map[string]string) *agentProc {
 	for opaPort == apiPort { // both released before the agent binds them
 		opaPort = freePort(t)
 	}
-	p := &agentProc{stderr: &lockedBuffer{}, done: make(chan error, 1),
+	p := &agentProc{stderr: &testutil.SyncBuffer{}, done: make(chan error, 1),
 		api: "http://127.0.0.1:" + apiPort, opa: "http://127.0.0.1:" + opaPort}
 	base := map[string]string{
 		"OPAL_CLIENT_API_SERVER_PORT": apiPort,

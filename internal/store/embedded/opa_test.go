@@ -1,7 +1,6 @@
 package embedded
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/tls"
@@ -16,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,23 +34,10 @@ default allow := false
 allow if input.identity == "s3cret"
 `
 
-// syncBuffer is a log sink the test reads while OPA writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines() []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// jsonLines decodes each line of a JSON log that decodes.
+func jsonLines(b *testutil.SyncBuffer) []map[string]any {
 	var out []map[string]any
-	for _, l := range strings.Split(s.b.String(), "\n") {
+	for _, l := range strings.Split(b.String(), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(l), &m) == nil {
 			out = append(out, m)
@@ -241,7 +226,7 @@ func TestV0Compatible(t *testing.T) {
 // TestConsoleDecisionLogs: decision_logs.console logs every decision, with
 // its decision_id, through the agent's handler.
 func TestConsoleDecisionLogs(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := writeFile(t, "opa.yaml", "decision_logs:\n  console: true\n")
 	s := startOPA(t, Options{OPA: config.InlineOPAConfig{ConfigFile: cfg}, Logger: log})
@@ -261,7 +246,7 @@ func TestConsoleDecisionLogs(t *testing.T) {
 		ids = append(ids, r.ID)
 	}
 	logged := map[string]bool{}
-	for _, l := range buf.lines() {
+	for _, l := range jsonLines(&buf) {
 		if l["msg"] == "Decision Log" {
 			id, _ := l["decision_id"].(string)
 			logged[id] = true
@@ -269,7 +254,7 @@ func TestConsoleDecisionLogs(t *testing.T) {
 	}
 	for _, id := range ids {
 		if !logged[id] {
-			t.Fatalf("decision %s not logged; logs: %v", id, buf.lines())
+			t.Fatalf("decision %s not logged; logs: %v", id, jsonLines(&buf))
 		}
 	}
 }
@@ -411,10 +396,10 @@ func TestOPALogger(t *testing.T) {
 			name += "_console"
 		}
 		t.Run(name, func(t *testing.T) {
-			var buf syncBuffer
+			var buf testutil.SyncBuffer
 			l := newOPALogger(slog.New(slog.NewJSONHandler(&buf, nil)), tc.format, 2, tc.console)
 			l.WithFields(fields).Info("Sent %s.", "response")
-			lines := buf.lines()
+			lines := jsonLines(&buf)
 			if !tc.wantMsg {
 				if len(lines) != 0 {
 					t.Fatalf("logged %v", lines)
@@ -437,9 +422,9 @@ func TestOPALogger(t *testing.T) {
 		})
 	}
 	t.Run("errors_pass_with_none", func(t *testing.T) {
-		var buf syncBuffer
+		var buf testutil.SyncBuffer
 		newOPALogger(slog.New(slog.NewJSONHandler(&buf, nil)), LogFormatNone, 2, false).Error("Listener failed.")
-		if len(buf.lines()) != 1 {
+		if len(jsonLines(&buf)) != 1 {
 			t.Fatal("OPA error dropped")
 		}
 	})
