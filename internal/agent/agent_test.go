@@ -18,6 +18,7 @@ import (
 	"github.com/opal-go/opal-client/internal/api"
 	"github.com/opal-go/opal-client/internal/metrics"
 	"github.com/opal-go/opal-client/internal/status"
+	"github.com/opal-go/opal-client/internal/testutil"
 	"github.com/opal-go/opal-client/scheduler"
 	"github.com/opal-go/opal-client/updater"
 )
@@ -40,7 +41,7 @@ func TestStaleWarning(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			clk := clock.NewMock()
-			var buf syncBuf
+			var buf testutil.SyncBuffer
 			a := &Agent{o: Options{StaleWarnInterval: time.Minute}, clk: clk,
 				log:     slog.New(slog.NewTextHandler(&buf, nil)),
 				metrics: metrics.New(metrics.Options{Clock: clk}),

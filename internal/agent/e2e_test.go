@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/opal-go/opal-client/internal/devserver"
 	"github.com/opal-go/opal-client/internal/metrics"
 	"github.com/opal-go/opal-client/internal/status"
+	"github.com/opal-go/opal-client/internal/testutil"
 )
 
 // The end-to-end tests run the real agent (embedded OPA, fetcher, scheduler,
@@ -27,29 +27,12 @@ import (
 
 const deadline = 10 * time.Second
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 type harness struct {
 	t    *testing.T
 	srv  *testServer
 	a    *Agent
 	txs  chan status.Transaction
-	logs *syncBuf
+	logs *testutil.SyncBuffer
 	stop context.CancelFunc
 	done chan error
 }
@@ -91,7 +74,7 @@ func start(t *testing.T, srv *testServer, env map[string]string, opts ...func(*O
 	}
 	cfg.ClientAPIServerPort = 0
 	cfg.InlineOPAConfig.Addr = "127.0.0.1:0"
-	h := &harness{t: t, srv: srv, txs: make(chan status.Transaction, 64), logs: &syncBuf{}, done: make(chan error, 1)}
+	h := &harness{t: t, srv: srv, txs: make(chan status.Transaction, 64), logs: &testutil.SyncBuffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
 	o := Options{

@@ -18,6 +18,7 @@ import (
 	"github.com/opal-go/opal-client/internal/backup"
 	"github.com/opal-go/opal-client/internal/metrics"
 	"github.com/opal-go/opal-client/internal/status"
+	"github.com/opal-go/opal-client/internal/testutil"
 	"github.com/opal-go/opal-client/scheduler"
 	"github.com/opal-go/opal-client/updater"
 )
@@ -277,7 +278,7 @@ func TestOffline_NoBackupConnectsAnyway(t *testing.T) {
 
 // unitAgent is an Agent with only what readiness, backups and the switch
 // need, on a mock clock.
-func unitAgent(clk *clock.Mock, cfg *config.Config, buf *syncBuf) *Agent {
+func unitAgent(clk *clock.Mock, cfg *config.Config, buf *testutil.SyncBuffer) *Agent {
 	return &Agent{cfg: cfg, clk: clk, log: slog.New(slog.NewTextHandler(buf, nil)),
 		metrics: metrics.New(metrics.Options{Clock: clk}),
 		tracker: status.New(status.Options{Clock: clk, MaxAge: cfg.PolicyMaxAge, Logger: slog.New(slog.DiscardHandler)}),
@@ -307,7 +308,7 @@ func TestOffline_MaxAge(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			clk := clock.NewMock()
-			a := unitAgent(clk, &config.Config{PolicyMaxAge: c.maxAge}, &syncBuf{})
+			a := unitAgent(clk, &config.Config{PolicyMaxAge: c.maxAge}, &testutil.SyncBuffer{})
 			if c.restored > 0 {
 				a.tracker.Restored(clk.Now())
 				clk.Add(c.restored)
@@ -340,7 +341,7 @@ func TestOffline_BackupAfterSuccessOnly(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			clk := clock.NewMock()
-			a := unitAgent(clk, &config.Config{}, &syncBuf{})
+			a := unitAgent(clk, &config.Config{}, &testutil.SyncBuffer{})
 			var n atomic.Int64
 			// Hold the clock's interval: at most the first write and the one on Close.
 			a.off.writer.Store(backup.NewWriter(backup.WriterOptions{
@@ -363,7 +364,7 @@ func TestOffline_BackupAfterSuccessOnly(t *testing.T) {
 // TestOffline_Setup pins which configurations put offline mode in effect.
 func TestOffline_Setup(t *testing.T) {
 	t.Run("external_opa_is_ignored_with_a_warning", func(t *testing.T) {
-		var buf syncBuf
+		var buf testutil.SyncBuffer
 		a := unitAgent(clock.NewMock(), &config.Config{OfflineModeEnabled: true,
 			StoreBackupPath: filepath.Join(t.TempDir(), "opa.json")}, &buf)
 		a.setupOffline(context.Background()) // a.emb is nil: an external OPA
@@ -373,7 +374,7 @@ func TestOffline_Setup(t *testing.T) {
 		}
 	})
 	t.Run("switch_reports_no_change", func(t *testing.T) {
-		a := unitAgent(clock.NewMock(), &config.Config{}, &syncBuf{})
+		a := unitAgent(clock.NewMock(), &config.Config{}, &testutil.SyncBuffer{})
 		// guards mutation "if false {" in SetServerConnectivity
 		if a.SetServerConnectivity(true) {
 			t.Fatal("enabling an enabled connection reported a change")
@@ -399,7 +400,7 @@ func (s *stopCounter) Stop() { s.stops.Add(1) }
 func TestOffline_DisableStopsUpdaters(t *testing.T) {
 	t.Run("deferred_fire_does_nothing_while_disabled", func(t *testing.T) {
 		clk := clock.NewMock()
-		a := unitAgent(clk, &config.Config{}, &syncBuf{})
+		a := unitAgent(clk, &config.Config{}, &testutil.SyncBuffer{})
 		a.queue = updater.New(updater.Options{Clock: clk})
 		a.off.disabled = true
 		a.fireDeferred() // guards mutation "if false {" in fireDeferred
@@ -413,7 +414,7 @@ func TestOffline_DisableStopsUpdaters(t *testing.T) {
 	})
 	t.Run("trigger_while_disabled_leaves_no_deferral", func(t *testing.T) {
 		clk := clock.NewMock()
-		a := unitAgent(clk, &config.Config{}, &syncBuf{})
+		a := unitAgent(clk, &config.Config{}, &testutil.SyncBuffer{})
 		a.sched = scheduler.New(scheduler.Options{Enabled: true, Clock: clk, Fire: func() {}})
 		a.off.disabled = true
 		a.sched.Arm(0, false) // the triggered fetch failed retryably
@@ -423,7 +424,7 @@ func TestOffline_DisableStopsUpdaters(t *testing.T) {
 		}
 	})
 	t.Run("data_updater_stopped_on_disable_replaced_on_enable", func(t *testing.T) {
-		a := unitAgent(clock.NewMock(), &config.Config{}, &syncBuf{})
+		a := unitAgent(clock.NewMock(), &config.Config{}, &testutil.SyncBuffer{})
 		first, second := &stopCounter{}, &stopCounter{}
 		a.data = first
 		a.o.NewDataUpdater = func(DataDeps) (DataUpdater, error) { return second, nil }
@@ -466,7 +467,7 @@ func TestStaleness_LostConnection(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			clk := clock.NewMock()
-			a := unitAgent(clk, &config.Config{PolicyMaxAge: time.Minute}, &syncBuf{})
+			a := unitAgent(clk, &config.Config{PolicyMaxAge: time.Minute}, &testutil.SyncBuffer{})
 			a.tracker.Record(status.Transaction{ID: "h1", Type: status.TypePolicy, Success: true})
 			clk.Add(time.Hour) // a quiet server: current, however old
 			c.lose(a)

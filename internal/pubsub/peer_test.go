@@ -17,6 +17,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/gorilla/websocket"
+	"github.com/opal-go/opal-client/internal/testutil"
 )
 
 // peer is a scripted OPAL server reached over net.Pipe, so tests run inside
@@ -199,35 +200,18 @@ func (r *recorder) notified() []string {
 	return append([]string(nil), r.notifies...)
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // harness runs a Client against p inside the current bubble.
 type harness struct {
 	c    *Client
 	rec  *recorder
-	logs *syncBuf
+	logs *testutil.SyncBuffer
 	stop func() error
 }
 
 func start(t *testing.T, p *peer, mod func(*Options)) *harness {
 	t.Helper()
 	rec := &recorder{}
-	logs := &syncBuf{}
+	logs := &testutil.SyncBuffer{}
 	o := Options{
 		URL:    "ws://opal.test/ws",
 		Token:  "s3cret-token",
