@@ -173,12 +173,18 @@ type RunSpec struct {
 }
 
 // RunsOf lists the rows simulated for sc: every policy against an
-// unlimited server, the core policies at TargetCapacity, and, for the
-// restart, the core policies against a server that queues instead.
+// unlimited server, the core policies at TargetCapacity (with
+// MAX_RETRY_AFTER=120 too in a long 503 outage), and, for the restart, the
+// core policies against a server that queues instead.
 func RunsOf(sc Scenario) []RunSpec {
 	var out []RunSpec
 	for _, p := range CorePolicies {
 		out = append(out, RunSpec{Policy: p, Capacity: TargetCapacity})
+	}
+	if sc.Recovery() >= 10*time.Minute && !sc.Phases[0].Down {
+		// In a long outage the flat cadence decides the recovery: the
+		// operator's lever on it, against the capped server too.
+		out = append(out, RunSpec{Policy: OursMaxRetryAfter120, Capacity: TargetCapacity})
 	}
 	if sc.Name == "r" {
 		for _, p := range CorePolicies {
