@@ -110,6 +110,21 @@ func TestExpandTopic_6_1(t *testing.T) {
 // it receives.
 func subscriber(t *testing.T, hs *httptest.Server, token string, topics ...string) <-chan note {
 	t.Helper()
+	got, _ := subscribe(t, hs, token, topics...)
+	return got
+}
+
+// subscriberConnects is a subscriber that reports each later (re)connect.
+func subscriberConnects(t *testing.T, hs *httptest.Server, token string, topics ...string) <-chan struct{} {
+	t.Helper()
+	_, connected := subscribe(t, hs, token, topics...)
+	return connected
+}
+
+// subscribe runs a pub/sub client until the test ends and waits for its
+// first connect.
+func subscribe(t *testing.T, hs *httptest.Server, token string, topics ...string) (<-chan note, <-chan struct{}) {
+	t.Helper()
 	got := make(chan note, 16)
 	connected := make(chan struct{}, 4)
 	c := pubsub.New(pubsub.Options{
@@ -127,7 +142,7 @@ func subscriber(t *testing.T, hs *httptest.Server, token string, topics ...strin
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	waitFor(t, connected, "connect")
-	return got
+	return got, connected
 }
 
 type note struct{ Topic, Data string }

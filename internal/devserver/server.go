@@ -133,6 +133,9 @@ func New(o Options) *Server {
 	s.mux.HandleFunc("GET "+DataSourcesPrefix+"{file...}", s.handleDataSource)
 	s.mux.HandleFunc("POST /admin/data-update", s.handleAdminDataUpdate)
 	s.mux.HandleFunc("POST /admin/publish", s.handleAdminPublish)
+	s.mux.HandleFunc("POST /admin/drop-sockets", s.handleAdminDropSockets)
+	s.mux.HandleFunc("POST /admin/script", s.handleAdminScript)
+	s.mux.HandleFunc("GET /admin/requests", s.handleAdminRequests)
 	return s
 }
 
