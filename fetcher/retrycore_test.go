@@ -82,6 +82,7 @@ func TestRetryCore(t *testing.T) {
 		// Virtual time and an in-memory transport: every step is exact.
 		synctest.Test(t, func(t *testing.T) {
 			const timeout = 30 * time.Second
+			var tries []Attempt
 			f := New(Options{
 				ServerURL:      "http://opal-server:7002",
 				Retry:          config.ConnRetryOptions{WaitStrategy: config.WaitFixed, WaitTime: time.Second, Attempts: 5},
@@ -89,9 +90,8 @@ func TestRetryCore(t *testing.T) {
 				AttemptTimeout: timeout,
 				HTTPClient:     &http.Client{Transport: stallBody{}},
 				Logger:         slog.New(slog.DiscardHandler),
+				OnAttempt:      func(a Attempt) { tries = append(tries, a) },
 			})
-			var tries []Attempt
-			f.o.OnAttempt = func(a Attempt) { tries = append(tries, a) }
 			res, err := f.Fetch(context.Background(), Request{})
 			bound := f.Bound() + timeout // 60 s + 30 s
 			// Attempts start at 0, 31 and 62 s; the third one's timeout is

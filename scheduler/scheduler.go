@@ -140,7 +140,7 @@ func (s *Scheduler) jitter(d, hint time.Duration, hasHint bool) time.Duration {
 }
 
 // Arm starts the deferral timer after a fetch ended exhausted on retryable
-// errors, with the server's last Retry-After hint (D1). It reports whether a
+// errors, with the hint of the answer that ended it (D1, F8). It reports whether a
 // timer was started: it does nothing while one is pending, when disabled
 // (D8), or after Stop.
 func (s *Scheduler) Arm(hint time.Duration, hasHint bool) bool {

@@ -11,7 +11,7 @@
 // The Updater wires the deferral scheduler (D5, D6): a successful fetch and a
 // genuine policy update reset it; a connect trigger or forced update cancels
 // its timer but keeps its rounds; a fetch that ends exhausted on retryable
-// errors arms it with the server's last Retry-After hint; a non-retryable one
+// errors arms it with the hint of the answer that ended it; a non-retryable one
 // arms nothing.
 package updater
 
@@ -447,7 +447,7 @@ func (u *Updater) runPolicy(ctx context.Context, it *item) {
 }
 
 // fetchBundle fetches and feeds the outcome to the scheduler: success resets
-// it (D5, D6), an exhausted retryable error arms it with the last hint (D1),
+// it (D5, D6), an exhausted retryable error arms it with its last answer's hint (D1),
 // anything else arms nothing (D8). The fetcher itself logs the one WARNING
 // of a failed fetch (F9), so this only logs at DEBUG.
 func (u *Updater) fetchBundle(ctx context.Context, paths []string, base string, attempts int) (*fetcher.PolicyBundle, error) {

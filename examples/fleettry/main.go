@@ -1,8 +1,9 @@
 // Command fleettry tries the agent's fleet and outage behaviour as a new
 // user would: the built opal-client binary (embedded OPA, defaults) against
 // the built dev server on loopback, with faults set through the dev
-// server's admin routes (docs/devserver.md). It prints what it saw beside
-// the figure each try must meet (docs/performance.md, "Tried by hand").
+// server's admin routes (docs/devserver.md). It reports what it saw beside
+// the figure each try must meet (docs/performance.md, "Tried by hand"); it
+// judges nothing itself and exits non-zero only when a try cannot run.
 //
 //	go run ./examples/fleettry            # every try, about 4 minutes
 //	go run ./examples/fleettry -try stall # one of: restart, retry-after, zero-wait, stall
@@ -179,7 +180,7 @@ func (r *rig) zeroWait() error {
 	time.Sleep(6 * time.Second)
 	ts, err := r.policyTimes()
 	if err != nil || len(ts) == 0 {
-		return errors.Join(err, errors.New("no policy request"))
+		return errors.Join(err, fmt.Errorf("no policy request (an agent that refuses the config at start is as good)%s", r.exited()))
 	}
 	in3 := 0
 	for _, t := range ts {
@@ -266,17 +267,31 @@ func (r *rig) startAgent(i int, env ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	opa, err := freePort()
-	if err != nil {
-		return "", err
+	opa := api
+	for opa == api { // the kernel may hand out the same free port twice
+		if opa, err = freePort(); err != nil {
+			return "", err
+		}
 	}
 	cmd := exec.Command(r.client, "run")
-	cmd.Env = append(os.Environ(), "OPAL_SERVER_URL="+r.server, fmt.Sprintf("UVICORN_PORT=%d", api),
+	cmd.Env = append(cleanEnv(), "OPAL_SERVER_URL="+r.server, fmt.Sprintf("UVICORN_PORT=%d", api),
 		fmt.Sprintf(`OPAL_INLINE_OPA_CONFIG={"addr":"127.0.0.1:%d"}`, opa),
 		"OPAL_STORE_BACKUP_PATH="+filepath.Join(r.dir, fmt.Sprintf("backup-%d.json", i)))
 	cmd.Env = append(cmd.Env, env...)
 	log := fmt.Sprintf("agent-%d.log", i)
 	return filepath.Join(r.dir, log), r.start(cmd, log)
+}
+
+// cleanEnv is this process's environment without the agent's own
+// variables: the agents run at the defaults, whatever the shell has set.
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OPAL_") && !strings.HasPrefix(kv, "UVICORN_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func (r *rig) start(cmd *exec.Cmd, log string) error {

@@ -20,11 +20,7 @@ func (s *Server) handleAdminDropSockets(w http.ResponseWriter, r *http.Request) 
 		writeJSON(w, http.StatusUnauthorized, detail("invalid token"))
 		return
 	}
-	s.mu.Lock()
-	n := len(s.conns)
-	s.mu.Unlock()
-	s.DropAllSockets()
-	writeJSON(w, http.StatusOK, map[string]int{"dropped": n})
+	writeJSON(w, http.StatusOK, map[string]int{"dropped": s.DropAllSockets()})
 }
 
 // scriptedAnswer is one Answer of POST /admin/script, repeated Count times
@@ -48,14 +44,17 @@ func (s *Server) handleAdminScript(w http.ResponseWriter, r *http.Request) {
 		Answers []scriptedAnswer `json:"answers"`
 	}
 	const want = `want {"path":"/policy","answers":[{"status":503,"headers":{"Retry-After":"8"},"body":"...","stall":false,"count":1}]}`
+	// The admin routes themselves cannot be scripted: a script is served
+	// before a route's token check, so it could lock the admin API out.
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody)).Decode(&req); err != nil ||
-		!strings.HasPrefix(req.Path, "/") || len(req.Answers) == 0 {
+		!strings.HasPrefix(req.Path, "/") || strings.HasPrefix(req.Path, "/admin/") || len(req.Answers) == 0 {
 		writeJSON(w, http.StatusBadRequest, detail(want))
 		return
 	}
 	var out []Answer
 	for _, a := range req.Answers {
-		if a.Status < 100 || a.Status > 999 || a.Count < 0 || len(out)+max(a.Count, 1) > maxScripted {
+		// Compared without adding, so a huge count cannot overflow past the bound.
+		if a.Status < 100 || a.Status > 999 || a.Count < 0 || max(a.Count, 1) > maxScripted-len(out) {
 			writeJSON(w, http.StatusBadRequest, detail(want))
 			return
 		}

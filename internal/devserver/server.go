@@ -464,8 +464,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 }
 
 // DropAllSockets closes every WebSocket abruptly, as a server restart or a
-// backbone recovery would (§2.7).
-func (s *Server) DropAllSockets() {
+// backbone recovery would (§2.7), and returns how many it closed.
+func (s *Server) DropAllSockets() int {
 	s.mu.Lock()
 	cs := make([]*wsConn, 0, len(s.conns))
 	for c := range s.conns {
@@ -475,6 +475,7 @@ func (s *Server) DropAllSockets() {
 	for _, c := range cs {
 		c.ws.Close()
 	}
+	return len(cs)
 }
 
 // Publish sends a notify with data to every socket subscribed to each of

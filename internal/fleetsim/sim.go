@@ -181,7 +181,7 @@ func RunsOf(sc Scenario) []RunSpec {
 	for _, p := range CorePolicies {
 		out = append(out, RunSpec{Policy: p, Capacity: TargetCapacity})
 	}
-	if sc.Recovery() >= 10*time.Minute && !sc.Phases[0].Down {
+	if sc.Recovery() >= 10*time.Minute && sc.Phases[0].Status == http.StatusServiceUnavailable {
 		// In a long outage the flat cadence decides the recovery: the
 		// operator's lever on it, against the capped server too.
 		out = append(out, RunSpec{Policy: OursMaxRetryAfter120, Capacity: TargetCapacity})
