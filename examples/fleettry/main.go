@@ -15,7 +15,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/opal-go/opal-client/internal/tools/child"
 )
 
 func main() {
@@ -237,21 +238,12 @@ func count(recs []record, path string, status int) int {
 	return n
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func (r *rig) startServer() error {
-	port, err := freePort()
+	port, err := child.FreePorts(1)
 	if err != nil {
 		return err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := "127.0.0.1:" + port[0]
 	cmd := exec.Command(r.devserver, "-addr", addr, "-policy-dir", "examples/policy")
 	if err := r.start(cmd, "devserver.log"); err != nil {
 		return err
@@ -263,35 +255,16 @@ func (r *rig) startServer() error {
 // startAgent starts agent i at the defaults plus env, with its own ports
 // and backup file, and returns the path of its log.
 func (r *rig) startAgent(i int, env ...string) (string, error) {
-	api, err := freePort()
+	ports, err := child.FreePorts(2) // the agent's API and its OPA
 	if err != nil {
 		return "", err
 	}
-	opa := api
-	for opa == api { // the kernel may hand out the same free port twice
-		if opa, err = freePort(); err != nil {
-			return "", err
-		}
-	}
 	cmd := exec.Command(r.client, "run")
-	cmd.Env = append(cleanEnv(), "OPAL_SERVER_URL="+r.server, fmt.Sprintf("UVICORN_PORT=%d", api),
-		fmt.Sprintf(`OPAL_INLINE_OPA_CONFIG={"addr":"127.0.0.1:%d"}`, opa),
-		"OPAL_STORE_BACKUP_PATH="+filepath.Join(r.dir, fmt.Sprintf("backup-%d.json", i)))
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = child.Env(append([]string{"OPAL_SERVER_URL=" + r.server, "UVICORN_PORT=" + ports[0],
+		`OPAL_INLINE_OPA_CONFIG={"addr":"127.0.0.1:` + ports[1] + `"}`,
+		"OPAL_STORE_BACKUP_PATH=" + filepath.Join(r.dir, fmt.Sprintf("backup-%d.json", i))}, env...)...)
 	log := fmt.Sprintf("agent-%d.log", i)
 	return filepath.Join(r.dir, log), r.start(cmd, log)
-}
-
-// cleanEnv is this process's environment without the agent's own
-// variables: the agents run at the defaults, whatever the shell has set.
-func cleanEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "OPAL_") && !strings.HasPrefix(kv, "UVICORN_") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 func (r *rig) start(cmd *exec.Cmd, log string) error {

@@ -43,6 +43,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/opal-go/opal-client/internal/devserver"
+	"github.com/opal-go/opal-client/internal/tools/child"
 )
 
 // Targets of the sidecar comparison (docs/performance.md).
@@ -356,43 +357,15 @@ type proc struct {
 	clk        clock.Clock
 }
 
-// freePort asks the kernel for a free loopback port and releases it. Another
-// process may take it before the child binds it; for a benchmark that is an
-// acceptable (and loud: the child fails to start) race.
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	_, port, err := net.SplitHostPort(ln.Addr().String())
-	return port, err
-}
-
-// childEnv is this process's environment without OPAL_ variables, so a
-// developer's own settings do not change what is measured.
-func childEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "OPAL_") {
-			env = append(env, kv)
-		}
-	}
-	return append(env, extra...)
-}
-
 // startAgent starts `opal-client run` against the dev server at serverURL
 // and waits until /ready answers 200. The data updater is off: OPA, its peer
 // here, has none, and the dev server serves no data beyond the bundle's.
 func (b *bench) startAgent(serverURL string) (*proc, error) {
-	apiPort, err := freePort()
+	ports, err := child.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	opaPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	apiPort, opaPort := ports[0], ports[1]
 	cmd := exec.Command(b.clientBin, "run")
 	inline, level := `OPAL_INLINE_OPA_CONFIG={"addr":"127.0.0.1:`+opaPort+`"}`, "OPAL_LOG_LEVEL=WARNING"
 	if b.opaConfig != "" {
@@ -400,7 +373,7 @@ func (b *bench) startAgent(serverURL string) (*proc, error) {
 		inline = `OPAL_INLINE_OPA_CONFIG={"addr":"127.0.0.1:` + opaPort + `","config_file":"` + b.opaConfig + `"}`
 		level = "OPAL_LOG_LEVEL=INFO"
 	}
-	cmd.Env = childEnv(
+	cmd.Env = child.Env(
 		"OPAL_SERVER_URL="+serverURL,
 		"OPAL_CLIENT_API_SERVER_PORT="+apiPort,
 		inline,
@@ -415,10 +388,11 @@ func (b *bench) startAgent(serverURL string) (*proc, error) {
 // startOPA starts `opa run --server` on the bundle directory and waits until
 // /health?bundles answers 200.
 func (b *bench) startOPA(dir string) (*proc, error) {
-	port, err := freePort()
+	ports, err := child.FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
+	port := ports[0]
 	base := "http://127.0.0.1:" + port
 	args := []string{"run", "--server", "--addr", "127.0.0.1:" + port,
 		"--disable-telemetry", "--log-level", "error", "--bundle", dir}
@@ -426,7 +400,7 @@ func (b *bench) startOPA(dir string) (*proc, error) {
 		args = append(args, "--config-file", b.opaConfig)
 	}
 	cmd := exec.Command(b.opaBin, args...)
-	cmd.Env = childEnv()
+	cmd.Env = child.Env()
 	return b.start("opa", cmd, base+"/health?bundles", base)
 }
 

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/opal-go/opal-client/internal/devserver"
+	"github.com/opal-go/opal-client/internal/tools/child"
 )
 
 var (
@@ -275,16 +276,13 @@ func (b *bench) memStartups(name, dir string, pr probe, reps int) (memRow, error
 
 // startAgentEnv is startAgent with extra environment.
 func (b *bench) startAgentEnv(serverURL string, extra ...string) (*proc, error) {
-	apiPort, err := freePort()
+	ports, err := child.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	opaPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	apiPort, opaPort := ports[0], ports[1]
 	cmd := exec.Command(b.clientBin, "run")
-	cmd.Env = childEnv(append([]string{
+	cmd.Env = child.Env(append([]string{
 		"OPAL_SERVER_URL=" + serverURL,
 		"OPAL_CLIENT_API_SERVER_PORT=" + apiPort,
 		`OPAL_INLINE_OPA_CONFIG={"addr":"127.0.0.1:` + opaPort + `"}`,
@@ -417,16 +415,13 @@ func (b *bench) refusedBody(limit int64, e endlessBody) (refusal, error) {
 		defer cancel()
 		_ = hs.Shutdown(ctx)
 	}()
-	apiPort, err := freePort()
+	ports, err := child.FreePorts(2)
 	if err != nil {
 		return r, err
 	}
-	opaPort, err := freePort()
-	if err != nil {
-		return r, err
-	}
+	apiPort, opaPort := ports[0], ports[1]
 	cmd := exec.Command(b.clientBin, "run")
-	cmd.Env = childEnv("OPAL_SERVER_URL=http://"+ln.Addr().String(), "OPAL_CLIENT_API_SERVER_PORT="+apiPort,
+	cmd.Env = child.Env("OPAL_SERVER_URL=http://"+ln.Addr().String(), "OPAL_CLIENT_API_SERVER_PORT="+apiPort,
 		`OPAL_INLINE_OPA_CONFIG={"addr":"127.0.0.1:`+opaPort+`"}`, "OPAL_DATA_UPDATER_ENABLED=false",
 		"OPAL_LOG_LEVEL=WARNING", "OPAL_POLICY_BUNDLE_MAX_BYTES="+strconv.FormatInt(limit, 10))
 	logf, err := os.CreateTemp(b.tmp, "refuse-*.log")

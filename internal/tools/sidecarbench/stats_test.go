@@ -136,20 +136,6 @@ func TestJSONEqual(t *testing.T) {
 	}
 }
 
-func TestChildEnv(t *testing.T) {
-	t.Setenv("OPAL_SERVER_URL", "http://elsewhere")
-	// guard: mutation "if true {" (the developer's OPAL_ settings leak into what is measured)
-	for _, kv := range childEnv("OPAL_LOG_LEVEL=WARNING") {
-		if strings.HasPrefix(kv, "OPAL_SERVER_URL=") {
-			t.Fatalf("inherited %s", kv)
-		}
-	}
-	env := childEnv("OPAL_LOG_LEVEL=WARNING")
-	if env[len(env)-1] != "OPAL_LOG_LEVEL=WARNING" {
-		t.Fatal("extra variable lost")
-	}
-}
-
 // TestGenBundle: the generated bundle is the 1,000-module / 10 MB one, every
 // module parses, and every data document is JSON.
 func TestGenBundle(t *testing.T) {
