@@ -652,50 +652,44 @@ func startOurs(e *env, p Policy) *ours {
 	old, _ := fetcher.DecodeBundle(bundle(oldHash))
 	_ = store.ApplyPolicy(e.ctx, old)
 
-	// The defaults of the OPAL_ variables, from the settings table.
-	def := defaults()
-	maxRetryAfter := def.PolicyUpdaterMaxRetryAfter
-	if p == OursMaxRetryAfter120 {
-		maxRetryAfter = 120 * time.Second
+	// The defaults of the OPAL_ variables, from the settings table, with
+	// the row's configuration on top.
+	c := *defaults()
+	switch p {
+	case OursMaxRetryAfter120:
+		c.PolicyUpdaterMaxRetryAfter = 120 * time.Second
+	case OursOneAttempt:
+		c.PolicyUpdaterConnRetry.Attempts = 1
 	}
-	retry := def.PolicyUpdaterConnRetry
-	if p == OursOneAttempt {
-		retry.Attempts = 1
-	}
-	window := def.ResyncSpread
 	if e.resyncSpread > 0 {
-		window = e.resyncSpread
+		c.ResyncSpread = e.resyncSpread
 	}
+	maxRetryAfter := c.PolicyUpdaterMaxRetryAfter
 	noJitter := p == OursNoJitter
 	rnd := e.rnd
 	if noJitter {
 		rnd = func() float64 { return 1 } // every spread at its top: no spread
 	}
-	f := fetcher.New(fetcher.Options{
-		ServerURL:      "http://opal-server:7002",
-		Retry:          retry,
-		MaxRetryAfter:  maxRetryAfter,
-		AttemptTimeout: def.PolicyFetchAttemptTimeout,
-		HTTPClient:     &http.Client{Transport: transport{srv: e.srv, per: e.stats}},
-		Clock:          e.clk,
-		Rand:           e.rnd,
-		NoHintJitter:   noJitter,
-	})
+	fo := fetcher.PolicyOptions(&c) // the agent's own mapping of its settings
+	fo.ServerURL = "http://opal-server:7002"
+	fo.HTTPClient = &http.Client{Transport: transport{srv: e.srv, per: e.stats}}
+	fo.Clock, fo.Rand, fo.NoHintJitter = e.clk, e.rnd, noJitter
+	f := fetcher.New(fo)
 	a := &ours{done: make(chan struct{}), sock: make(chan struct{})}
-	so := scheduler.Options{Enabled: true, MaxRetryAfter: maxRetryAfter, MaxRounds: def.PolicyUpdaterMaxDeferredRounds, Clock: e.clk, Rand: e.rnd,
+	so := scheduler.Options{Enabled: true, MaxRetryAfter: maxRetryAfter, MaxRounds: c.PolicyUpdaterMaxDeferredRounds, Clock: e.clk, Rand: e.rnd,
 		Fire: func() { a.u.Deferred() }}
 	if noJitter {
 		so.Jitter = func(d time.Duration) time.Duration { return d }
 	}
 	a.sched = scheduler.New(so)
 	a.u = updater.New(updater.Options{Store: store, Fetcher: countingFetcher{f, e.srv, e.stats}, Scheduler: a.sched, Clock: e.clk,
-		MinInterval: def.PolicyUpdaterMinFetchInterval,
+		MinInterval: c.PolicyUpdaterMinFetchInterval,
 		OnTransaction: func(tx updater.Transaction) {
 			if tx.Success {
 				e.rec.applied(e.i, tx.ID)
 			}
 		}})
-	a.spread = resync.New(resync.Options{After: def.PubSubReconnectSpread, Window: window,
+	a.spread = resync.New(resync.Options{After: c.PubSubReconnectSpread, Window: c.ResyncSpread,
 		Clock: e.clk, Rand: rnd, Resync: func() {
 			a.u.Connect()
 			e.srv.connectData()
@@ -704,7 +698,7 @@ func startOurs(e *env, p Policy) *ours {
 		defer close(a.done)
 		_ = a.u.Run(e.ctx)
 	}()
-	rc := pubsub.NewReconnect(pubsub.Options{ReconnectSpread: def.PubSubReconnectSpread, ReconnectMaxWait: def.PubSubReconnectMaxWait,
+	rc := pubsub.NewReconnect(pubsub.Options{ReconnectSpread: c.PubSubReconnectSpread, ReconnectMaxWait: c.PubSubReconnectMaxWait,
 		MaxRetryAfter: maxRetryAfter, Rand: rnd})
 	go a.socket(e, rc, e.srv.drops()) // connected before the event
 	return a
