@@ -10,7 +10,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -329,12 +328,8 @@ func (r *rig) requests() ([]record, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
-		return nil, err
-	}
 	var recs []record
-	return recs, json.Unmarshal(buf.Bytes(), &recs)
+	return recs, json.NewDecoder(resp.Body).Decode(&recs)
 }
 
 func (r *rig) policyTimes() ([]time.Time, error) {
