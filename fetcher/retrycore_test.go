@@ -3,7 +3,6 @@ package fetcher
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -153,5 +152,3 @@ func (r stalledReader) Read([]byte) (int, error) {
 }
 
 func (stalledReader) Close() error { return nil }
-
-var _ io.ReadCloser = stalledReader{}
